@@ -1,0 +1,1 @@
+"""Replay harness: torch oracles and tools for replaying LLM sampler steps."""

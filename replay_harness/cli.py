@@ -1,0 +1,248 @@
+"""The `replay` command line (typer). Human tables on stdout, --json for machines,
+progress on stderr. Exit codes: 0 ok, 1 mismatch or routing violation, 2 usage or
+bad input, 3 environment (docs/CLI.md)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import EXIT_MISMATCH, EXIT_OK, ReplayError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Record LLM decode steps and replay them through swappable sampler implementations; "
+                       "compare tokens, routing and timing.")
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+JSON_OPT = typer.Option(False, "--json", help="Print one JSON document instead of tables.")
+DEVICE_OPT = typer.Option("auto", "--device", help="auto (CUDA if present), cpu, or cuda. On the CPU, Triton "
+                                                    "impls run under TRITON_INTERPRET=1 (correct, slow).")
+NAN_OPT = typer.Option("error", "--nan", help="What a NaN in the logits is: error (exit 2) or warn.")
+
+
+def _progress(total: int, label: str) -> Progress:
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=True, disable=not err.is_terminal or total < 2)
+
+
+@app.command()
+def run(
+    paths: List[str] = typer.Argument(..., help="Recording folders (each holds manifest.json and steps/)."),
+    impl: str = typer.Option("reference", "--impl", help="Sampler implementation to replay through "
+                                                           "(`replay impls` lists them)."),
+    against: str = typer.Option("recorded", "--against", help="What to compare with: 'recorded' (what the "
+                                                                "engine emitted) or another impl's name."),
+    device: str = DEVICE_OPT,
+    nan: str = NAN_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Replay every step through --impl and compare tokens, counts and routes with --against.
+
+    Exit 0 when everything matches (floating-point near-ties are reported but tolerated), 1 on a real
+    token divergence, a routing violation or a refused request, 2 on bad input, 3 when the impl cannot
+    run here.
+
+    Example: replay run fixtures/synthetic-mixed --impl greedy-only --against reference
+    """
+    from .fixture import Recording
+    from .runner import load_impl, resolve_device, run_recording
+
+    if nan not in ("error", "warn"):
+        raise typer.BadParameter("--nan takes error or warn")
+    dev = resolve_device(device)
+    recs = [Recording(p, nan=nan) for p in paths]
+    sampler = load_impl(impl, dev)
+    other = against if against == "recorded" else load_impl(against, dev)
+    results = []
+    with _progress(sum(len(r) for r in recs), f"replay {impl}") as bar:
+        task = bar.add_task("steps", total=sum(len(r) for r in recs))
+        for rec in recs:
+            results.append((rec, run_recording(rec, sampler, other, dev, on_step=lambda: bar.advance(task))))
+    ok = all(c.ok for _, c in results)
+    if as_json:
+        doc = {"impl": impl, "against": against, "ok": ok, "exit_code": EXIT_OK if ok else EXIT_MISMATCH,
+               "recordings": [{"path": p, "synthetic": r.synthetic, **c.to_dict()}
+                              for p, (r, c) in zip(paths, results)]}
+        out.print_json(json.dumps(doc, sort_keys=True)) if out.is_terminal else print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        _print_run_table(impl, against, paths, results)
+    raise typer.Exit(EXIT_OK if ok else EXIT_MISMATCH)
+
+
+def _print_run_table(impl: str, against: str, paths: list[str], results) -> None:
+    table = Table(title=f"replay run --impl {impl} --against {against}")
+    for col in ("recording", "steps", "requests", "tokens", "matched", "near-ties", "violations", "refused",
+                "result"):
+        table.add_column(col, justify="left" if col == "recording" else "right")
+    for path, (rec, c) in zip(paths, results):
+        label = path + (" (synthetic)" if rec.synthetic else "")
+        table.add_row(label, str(c.steps), str(c.requests), str(c.tokens_compared), str(c.tokens_matched),
+                      str(c.near_ties), str(len(c.violations)), str(len(c.refused)), "ok" if c.ok else "FAIL")
+    out.print(table)
+    for path, (rec, c) in zip(paths, results):
+        for kind, n in c.violations_by_kind("impl").items():
+            ids = sorted({v.request_id for v in c.violations if v.kind == kind})
+            out.print(f"{path}: routing violation {kind} ({impl}): {n} request-steps; request ids "
+                      f"{_ids(ids)}")
+        for kind, n in c.violations_by_kind("against").items():
+            ids = sorted({v.request_id for v in c.against_violations if v.kind == kind})
+            out.print(f"{path}: routing violation {kind} ({against}): {n} request-steps; request ids {_ids(ids)}")
+        if c.refused:
+            out.print(f"{path}: {impl} refused {len(c.refused)} request-steps; request ids "
+                      f"{_ids(sorted({r for _, r in c.refused}))}")
+        for note in sorted(set(n for n in c.notes if "refused" not in n))[:5]:
+            out.print(f"{path}: note: {note}")
+        if c.divergences:
+            d = (c.real_divergences or c.divergences)[0]
+            kind = "floating-point near-tie" if d.near_tie else "real divergence"
+            margin = "" if d.margin is None else f", decision margin {d.margin:.3g}"
+            where = f"{path}: first {kind}: step {d.step}, request {d.request_id} (index {d.request})"
+            if d.position is None:
+                out.print(f"{where}: same tokens, but {impl} took route {d.route} and {against} {d.against_route}")
+            else:
+                out.print(f"{where}, position {d.position}: {impl} emitted {d.token} ({d.route}), {against} "
+                          f"emitted {d.against_token} ({d.against_route}){margin}")
+            if c.near_ties:
+                out.print(f"{path}: {c.near_ties} divergent request(s) are near-ties (tolerated)")
+
+
+def _ids(ids: list[int], limit: int = 12) -> str:
+    shown = ", ".join(map(str, ids[:limit]))
+    return shown + (f" … (+{len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+@app.command()
+def inspect(path: str = typer.Argument(..., help="A recording folder."), as_json: bool = JSON_OPT) -> None:
+    """Show what a recording holds: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes."""
+    from .fixture import Recording
+    from .inspect_recording import summarize
+
+    s = summarize(Recording(path))
+    if as_json:
+        print(json.dumps(s, indent=2, sort_keys=True))
+        return
+    table = Table(title=f"{path}" + (" (synthetic)" if s["synthetic"] else ""), show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    rows = [
+        ("schema", f"{s['schema']}  complete={s['complete']}  rng={s['rng_contract']}"),
+        ("source", json.dumps(s["source"], sort_keys=True)[:200]),
+        ("steps / requests / rows", f"{s['steps']} / {s['requests']} / {s['rows']}"),
+        ("vocab", str(s["vocab_size"])),
+        ("logits shapes", ", ".join(f"{k} x{v}" for k, v in s["logits_shapes"].items())),
+        ("logits dtypes", ", ".join(f"{k} x{v}" for k, v in s["logits_dtypes"].items())),
+        ("drafts per request (k: count)", ", ".join(f"{k}: {v}" for k, v in s["drafts_per_request"].items())),
+        ("greedy / stochastic requests", f"{s['greedy_requests']} / {s['stochastic_requests']}"),
+        ("top-k / top-p / min-p requests", f"{s['top_k_requests']} / {s['top_p_requests']} / {s['min_p_requests']}"),
+        ("steps with draft logits", str(s["steps_with_draft_logits"])),
+        ("recorded routes", ", ".join(f"{k}: {v}" for k, v in s["recorded_routes"].items()) or "not recorded"),
+        ("acceptance by position", ", ".join(f"{k}: {v:.2f}" for k, v in s["acceptance_rate_by_position"].items())
+         or "no drafts"),
+        ("mean accepted drafts", "-" if s["mean_accepted_drafts"] is None else f"{s['mean_accepted_drafts']:.2f}"),
+        ("bytes on disk", f"{s['bytes_on_disk']:,}"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    out.print(table)
+
+
+@app.command()
+def validate(path: str = typer.Argument(..., help="A recording folder."), nan: str = NAN_OPT,
+             as_json: bool = JSON_OPT) -> None:
+    """Check a recording against fixture schema v1; list every violation (file, step, field).
+
+    Exit 0 when valid (warnings allowed), 2 when any violation is found.
+    """
+    from .errors import InputError
+    from .fixture import Recording
+    from .validate import check_step
+
+    rec = Recording(path, nan=nan)
+    problems: list[InputError] = []
+    for i in range(len(rec)):
+        try:
+            tensors, _ = rec.read_tensors(i)
+        except InputError as e:
+            problems.append(e)
+            continue
+        problems.extend(check_step(tensors, rec.vocab_size, file=rec.files[i], step=i, nan=nan))
+    if not rec.manifest.get("complete", False):
+        problems.append(InputError(rec.path / "manifest.json", f"recording did not close cleanly; "
+                                   f"{len(rec)} finished steps are readable", field="complete", warning=True))
+    errors = [p for p in problems if not p.warning]
+    if as_json:
+        print(json.dumps({"path": path, "valid": not errors, "steps": len(rec),
+                          "problems": [{"file": p.file, "step": p.step, "field": p.field, "message": p.message,
+                                        "severity": "warning" if p.warning else "error"} for p in problems]},
+                         indent=2, sort_keys=True))
+    else:
+        for p in problems:
+            out.print(("warning: " if p.warning else "error: ") + str(p))
+        out.print(f"{path}: {len(rec)} steps, " + ("valid" if not errors else f"{len(errors)} violation(s)"))
+    raise typer.Exit(2 if errors else 0)
+
+
+@app.command()
+def impls(as_json: bool = JSON_OPT) -> None:
+    """List the sampler implementations --impl accepts."""
+    from .impls import BUILTIN, get_impl, known_names
+
+    rows = []
+    for name in known_names():
+        try:
+            impl = get_impl(name)
+            rows.append({"name": name, "description": impl.description, "rng_contract": impl.rng_contract,
+                         "requires_cuda": impl.requires_cuda, "available": True,
+                         "source": "builtin" if name in BUILTIN else "plugin"})
+        except ReplayError as e:
+            rows.append({"name": name, "description": str(e), "rng_contract": None, "requires_cuda": None,
+                         "available": False, "source": "builtin" if name in BUILTIN else "plugin"})
+    if as_json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    table = Table(title="impls")
+    for col in ("name", "rng", "cuda only", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], str(r["rng_contract"]), str(r["requires_cuda"]), r["description"])
+    out.print(table)
+
+
+def main() -> None:
+    """Console-script entry: one line and a documented exit code for every error, never a traceback."""
+    try:
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
+    except ReplayError as e:
+        err.print(f"replay: error: {e}", markup=False)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("replay: interrupted", markup=False)
+        sys.exit(130)
+    except Exception as e:  # click usage errors and anything unexpected
+        import click
+
+        if isinstance(e, click.exceptions.UsageError):
+            err.print(f"replay: usage error: {e.format_message()}", markup=False)
+            sys.exit(2)
+        if isinstance(e, click.exceptions.ClickException):
+            err.print(f"replay: error: {e.format_message()}", markup=False)
+            sys.exit(e.exit_code)
+        if os.environ.get("REPLAY_DEBUG"):
+            raise
+        err.print(f"replay: internal error: {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for a traceback)",
+                  markup=False)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""Fixture format v1: one directory per recording, one safetensors file per step.
+
+    REC/manifest.json                 schema "replay.recording/1", vocab size, RNG contract, provenance
+    REC/steps/step-000000.safetensors one step: tensors of replay_harness.step.Step plus what the engine emitted
+
+Writing streams: the manifest is written first, every step file is written to a
+temporary name, fsynced and renamed, so a crash loses at most the step in flight.
+Reading is lazy: a step is memory-mapped when asked for. docs/FIXTURES.md is the
+normative description; this module is the one place that reads and writes it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save as st_save
+
+from .errors import InputError
+from .step import PER_REQUEST_FIELDS, Step
+
+RECORDING_SCHEMA = "replay.recording"
+STEP_SCHEMA = "replay.step"
+SCHEMA_MAJOR = 1
+SCHEMA_MINOR = 0
+MANIFEST = "manifest.json"
+STEPS_DIR = "steps"
+STEP_RE = re.compile(r"^step-(\d{6,})\.safetensors$")
+METADATA_KEY = "replay"  # the one safetensors metadata key (one key keeps header order stable)
+
+STEP_FIELDS = ("logits", "cu_num_logits", "draft_token_ids", "positions", *PER_REQUEST_FIELDS)
+OPTIONAL_FIELDS = ("draft_logits",)
+EMITTED_FIELDS = ("emitted_tokens", "emitted_counts")
+OPTIONAL_EMITTED = ("emitted_routes",)
+# Seam for features that need token histories (penalties, logit bias, bad words):
+# schema v1 reserves these names; a step that carries any of them is refused.
+UNSUPPORTED_FIELDS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias_ids",
+                      "logit_bias_values", "bad_words_ids", "allowed_token_mask")
+
+
+@dataclass
+class Emitted:
+    """What the engine emitted in a step (the recorded answer).
+
+    tokens [R, max_k+1] int32 (-1 padded), counts [R] int32, routes [R] int8 or None.
+    """
+
+    tokens: torch.Tensor
+    counts: torch.Tensor
+    routes: torch.Tensor | None = None
+
+
+@dataclass
+class StepRecord:
+    """A step as read from disk: inputs, the engine's answer, and where it came from."""
+
+    index: int
+    file: Path
+    step: Step
+    emitted: Emitted
+    meta: dict[str, Any]
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def tensor_digest(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> str:
+    """sha256 over canonical content: sorted names, dtype, shape, little-endian bytes, canonical metadata.
+
+    Independent of the safetensors header layout, so two files with the same
+    content have the same digest whatever wrote them.
+    """
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{list(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    h.update(canonical_json(meta).encode())
+    return h.hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, rename over ``path``, fsync the folder."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def step_tensors(step: Step, emitted: Emitted) -> dict[str, torch.Tensor]:
+    """The tensors of one step file, by their fixture names (contiguous, on the CPU)."""
+    out = {name: getattr(step, name) for name in STEP_FIELDS}
+    if step.draft_logits is not None:
+        out["draft_logits"] = step.draft_logits
+    out["emitted_tokens"], out["emitted_counts"] = emitted.tokens, emitted.counts
+    if emitted.routes is not None:
+        out["emitted_routes"] = emitted.routes
+    return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+
+class RecordingWriter:
+    """Streams steps into a new recording directory.
+
+    >>> with RecordingWriter(path, vocab_size=V, source={"engine": "mine"}) as w:
+    ...     w.write_step(step, emitted)
+
+    The manifest is written first with ``complete: false`` and rewritten on a
+    clean close with the step count and the recording digest.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, vocab_size: int, rng_contract: str = "mrv2",
+                 source: dict[str, Any] | None = None, synthetic: bool = False, overwrite: bool = False):
+        self.path = Path(path)
+        if self.path.exists() and any(self.path.iterdir()) and not overwrite:
+            raise InputError(self.path, "output folder exists and is not empty (pass --overwrite to replace it)")
+        if overwrite and (self.path / MANIFEST).exists():
+            for f in (self.path / STEPS_DIR).glob("*.safetensors"):
+                f.unlink()
+        (self.path / STEPS_DIR).mkdir(parents=True, exist_ok=True)
+        self.manifest: dict[str, Any] = {
+            "schema": f"{RECORDING_SCHEMA}/{SCHEMA_MAJOR}", "schema_minor": SCHEMA_MINOR,
+            "vocab_size": int(vocab_size), "rng_contract": rng_contract, "synthetic": bool(synthetic),
+            "source": source or {}, "complete": False, "num_steps": 0, "digest": None,
+        }
+        self._digests: list[str] = []
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        _atomic_write(self.path / MANIFEST, (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode())
+
+    def write_step(self, step: Step, emitted: Emitted, meta: dict[str, Any] | None = None) -> Path:
+        """Validate and write one step atomically; returns the file written."""
+        from .validate import check_step  # local: validate imports this module
+
+        index = len(self._digests)
+        tensors = step_tensors(step, emitted)
+        step_meta = {"schema": f"{STEP_SCHEMA}/{SCHEMA_MAJOR}", "step": index, **(meta or {})}
+        file = self.path / STEPS_DIR / f"step-{index:06d}.safetensors"
+        problems = check_step(tensors, self.manifest["vocab_size"], file=file, step=index)
+        if problems:
+            raise problems[0]
+        _atomic_write(file, st_save(tensors, metadata={METADATA_KEY: canonical_json(step_meta)}))
+        self._digests.append(tensor_digest(tensors, step_meta))
+        return file
+
+    def close(self) -> None:
+        self.manifest.update(complete=True, num_steps=len(self._digests),
+                             digest=hashlib.sha256("".join(self._digests).encode()).hexdigest())
+        self._write_manifest()
+
+    def __enter__(self) -> "RecordingWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def _parse_schema(value: Any, expected: str, file: Path, field: str, step: int | None = None) -> None:
+    if not isinstance(value, str) or "/" not in value or value.split("/")[0] != expected:
+        raise InputError(file, f"not a replay recording (schema {value!r}, expected '{expected}/{SCHEMA_MAJOR}')",
+                         step=step, field=field)
+    major = value.split("/", 1)[1]
+    if major != str(SCHEMA_MAJOR):
+        raise InputError(file, f"unknown schema major version {major!r}; this replay reads version {SCHEMA_MAJOR}",
+                         step=step, field=field)
+
+
+class Recording:
+    """A recording on disk, read lazily: ``len(rec)``, ``rec[i]``, ``for r in rec``."""
+
+    def __init__(self, path: str | os.PathLike, *, nan: str = "error"):
+        self.path = Path(path)
+        self.nan = nan  # "error" or "warn": what a NaN in the logits is
+        if not self.path.exists():
+            raise InputError(self.path, "no such file or folder")
+        if self.path.is_file():
+            raise InputError(self.path, f"not a recording folder (expected a folder holding {MANIFEST})")
+        mpath = self.path / MANIFEST
+        if not mpath.exists():
+            raise InputError(mpath, "missing: not a replay recording folder")
+        try:
+            self.manifest = json.loads(mpath.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InputError(mpath, f"not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+        if not isinstance(self.manifest, dict):
+            raise InputError(mpath, "not a JSON object", field="schema")
+        _parse_schema(self.manifest.get("schema"), RECORDING_SCHEMA, mpath, "schema")
+        vocab = self.manifest.get("vocab_size")
+        if not isinstance(vocab, int) or vocab <= 0:
+            raise InputError(mpath, f"must be a positive integer, got {vocab!r}", field="vocab_size")
+        self.vocab_size = vocab
+        self.rng_contract = str(self.manifest.get("rng_contract", "mrv2"))
+        self.synthetic = bool(self.manifest.get("synthetic", False))
+        files = []
+        for f in sorted((self.path / STEPS_DIR).glob("*.safetensors")):
+            m = STEP_RE.match(f.name)
+            if m:
+                files.append((int(m.group(1)), f))
+        for expected, (index, f) in enumerate(files):
+            if index != expected:
+                raise InputError(f, f"step files are not consecutive: expected step-{expected:06d}", step=expected)
+        self.files = [f for _, f in files]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def read_tensors(self, index: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Raw tensors and metadata of one step (memory-mapped), schema checked, content not."""
+        file = self.files[index]
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                raw_meta = (f.metadata() or {}).get(METADATA_KEY)
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except Exception as e:  # safetensors raises its own error types for bad headers and short files
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise InputError(file, f"unreadable safetensors file (truncated or corrupt: {reason})", step=index) from None
+        try:
+            meta = json.loads(raw_meta) if raw_meta is not None else None
+        except json.JSONDecodeError:
+            meta = None
+        if not isinstance(meta, dict):
+            raise InputError(file, f"missing the '{METADATA_KEY}' metadata: not a replay step", step=index,
+                             field="__metadata__")
+        _parse_schema(meta.get("schema"), STEP_SCHEMA, file, "__metadata__.schema", step=index)
+        return tensors, meta
+
+    def __getitem__(self, index: int) -> StepRecord:
+        from .validate import check_step
+
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        tensors, meta = self.read_tensors(index)
+        file = self.files[index]
+        problems = [p for p in check_step(tensors, self.vocab_size, file=file, step=index, nan=self.nan)
+                    if not p.warning]
+        if problems:
+            raise problems[0]
+        step = Step(**{k: tensors[k] for k in STEP_FIELDS}, draft_logits=tensors.get("draft_logits"))
+        emitted = Emitted(tensors["emitted_tokens"], tensors["emitted_counts"], tensors.get("emitted_routes"))
+        return StepRecord(index=index, file=file, step=step, emitted=emitted, meta=meta)
+
+    def digest(self) -> str:
+        """Recording digest: sha256 of the per-step canonical digests, in step order."""
+        digests = [tensor_digest(*self.read_tensors(i)) for i in range(len(self))]
+        return hashlib.sha256("".join(digests).encode()).hexdigest()

@@ -1,0 +1,74 @@
+"""``greedy-only`` (the founding engine bug) and ``guarded`` (its small honest fix).
+
+greedy-only: every request that carries drafts is verified greedily, whatever its
+temperature: the argmax walk over raw logits, bonus = argmax of the bonus row. A
+temperature-1.0 request silently decodes greedily. Requests without drafts are
+sampled correctly (as the engine's plain sampler does).
+
+guarded: greedy verify for temperature-0 requests; a temperature > 0 request
+under speculative decoding is refused by name (route ``refused``, no tokens).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..step import ROUTE_CODE, SampleResult, Step
+from .reference import ReferenceSampler, verify_request
+
+
+def _greedy_walk(step: Step, r: int) -> list[int]:
+    a, b = step.cu_num_logits[r].item(), step.cu_num_logits[r + 1].item()
+    return verify_request(step.logits[a:b].float(), step.draft_token_ids[a:b - 1].tolist(),
+                          step.positions[a:b].tolist(), 0.0, int(step.seed[r]), None)
+
+
+def _plain_samples(step: Step) -> SampleResult:
+    """Reference tokens for the requests without drafts; the others are left empty."""
+    result = SampleResult.empty(step.num_requests, step.max_drafts)
+    plain = torch.nonzero(step.num_drafts == 0).flatten().tolist()
+    if plain:
+        sub = ReferenceSampler().sample(step.select(plain))
+        for i, r in enumerate(plain):
+            _put(result, r, sub.tokens[i, :int(sub.counts[i])].tolist(), "greedy-sample" if
+                 float(step.temperature[r]) == 0.0 else "random-sample")
+    return result
+
+
+def _put(result: SampleResult, r: int, tokens: list[int], route: str) -> None:
+    result.tokens[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+    result.counts[r] = len(tokens)
+    result.routes[r] = ROUTE_CODE[route]
+
+
+class GreedyOnlySampler:
+    name = "greedy-only"
+    description = "reproduces the engine bug: every speculative step verified greedily, whatever the temperature"
+    rng_contract = "mrv2"
+    requires_cuda = False
+
+    def sample(self, step: Step) -> SampleResult:
+        result = _plain_samples(step)  # plain samples (k = 0) are right in the engine
+        for r in torch.nonzero(step.num_drafts > 0).flatten().tolist():
+            _put(result, r, _greedy_walk(step, r), "greedy-verify")
+        return result
+
+
+class GuardedSampler:
+    name = "guarded"
+    description = "the small fix: greedy verify at temperature 0, temperature > 0 under drafts refused by name"
+    rng_contract = "mrv2"
+    requires_cuda = False
+
+    def sample(self, step: Step) -> SampleResult:
+        result = _plain_samples(step)
+        refused = []
+        for r in torch.nonzero(step.num_drafts > 0).flatten().tolist():
+            if float(step.temperature[r]) == 0.0:
+                _put(result, r, _greedy_walk(step, r), "greedy-verify")
+            else:
+                _put(result, r, [], "refused")
+                refused.append(int(step.request_ids[r]))
+        if refused:
+            result.notes.append("refused requests " + ", ".join(map(str, refused)) +
+                                ": temperature > 0 under speculative decoding needs a stochastic verifier")
+        return result

@@ -1,0 +1,62 @@
+"""Replay recordings through impls and compare (no printing here)."""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from typing import Any, Callable, Iterable
+
+import torch
+
+from .compare import Comparison, compare_step, recorded_result
+from .errors import EnvironmentProblem, UsageError
+from .fixture import Recording
+from .impls import get_impl
+
+
+def resolve_device(device: str) -> torch.device:
+    """"auto" picks CUDA when present; Triton impls then run natively, else under TRITON_INTERPRET=1."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise EnvironmentProblem("--device cuda asked for, but torch sees no CUDA GPU")
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel module is imported
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise UsageError(f"unknown device '{device}' (auto, cpu, cuda)")
+    return torch.device(device)
+
+
+def load_impl(name: str, device: torch.device) -> Any:
+    impl = get_impl(name)
+    if getattr(impl, "requires_cuda", False) and device.type != "cuda":
+        raise EnvironmentProblem(f"impl '{name}' needs a CUDA GPU")
+    return impl
+
+
+def run_recording(rec: Recording, impl: Any, against: str | Any, device: torch.device,
+                  on_step: Callable[[], None] | None = None) -> Comparison:
+    """Replay every step of ``rec`` through ``impl``; ``against`` is an impl or "recorded"."""
+    cmp = Comparison()
+    other_contract = rec.rng_contract if against == "recorded" else getattr(against, "rng_contract", None)
+    exact = other_contract is not None and other_contract == getattr(impl, "rng_contract", None)
+    if not exact:
+        cmp.notes.append(f"RNG contracts differ ({getattr(impl, 'rng_contract', None)} vs {other_contract}): "
+                         "stochastic requests are not compared token by token; use statistical verification")
+    for record in rec:
+        step = record.step.to(device)
+        with torch.inference_mode() if device.type == "cuda" else nullcontext():
+            got = _to_cpu(impl.sample(step))
+            want = recorded_result(record.emitted) if against == "recorded" else _to_cpu(against.sample(step))
+        compare_step(cmp, record.index, record.step, got, want, exact_stochastic=exact)
+        if on_step:
+            on_step()
+    return cmp
+
+
+def _to_cpu(result):
+    result.tokens, result.counts, result.routes = result.tokens.cpu(), result.counts.cpu(), result.routes.cpu()
+    return result
+
+
+def open_recordings(paths: Iterable[str], nan: str = "error") -> list[Recording]:
+    return [Recording(p, nan=nan) for p in paths]

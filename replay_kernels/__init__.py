@@ -1,0 +1,1 @@
+"""Triton kernels and device functions used by the replay harness."""
