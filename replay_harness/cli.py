@@ -228,14 +228,10 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         err.print("replay: interrupted", markup=False)
         sys.exit(130)
-    except Exception as e:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(e, click.exceptions.UsageError):
-            err.print(f"replay: usage error: {e.format_message()}", markup=False)
-            sys.exit(2)
-        if isinstance(e, click.exceptions.ClickException):
-            err.print(f"replay: error: {e.format_message()}", markup=False)
+    except Exception as e:  # click usage errors (typer may vendor click: match by shape) and the unexpected
+        if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
+            kind = "usage error" if e.exit_code == 2 else "error"
+            err.print(f"replay: {kind}: {e.format_message()}", markup=False)
             sys.exit(e.exit_code)
         if os.environ.get("REPLAY_DEBUG"):
             raise

@@ -40,7 +40,7 @@ def top_k_top_p_sorted(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor) -
     top-p keeps the smallest suffix of the ascending sort whose softmax mass
     exceeds 1 - p, and always the largest value.
     """
-    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    sorted_logits, order = logits.sort(dim=-1, descending=False, stable=True)
     kth = sorted_logits.gather(1, (logits.shape[1] - k).unsqueeze(1))
     sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
     cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)

@@ -1,0 +1,30 @@
+"""Test helpers: SYNTHETIC recordings and a CLI runner that returns (exit code, stdout, stderr)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from replay_harness.fixture import Emitted, RecordingWriter
+from replay_harness.impls.reference import ReferenceSampler
+from replay_harness.synthetic import Case, random_step
+
+
+def write_recording(path: Path, case: Case, seed: int = 0, steps: int | None = None) -> Path:
+    """A SYNTHETIC recording whose emitted tokens come from the reference."""
+    gen = torch.Generator().manual_seed(seed)
+    with RecordingWriter(path, vocab_size=case.vocab_size, synthetic=True, source={"synthetic": True}) as w:
+        for i in range(steps or case.steps):
+            step = random_step(gen, case, i)
+            res = ReferenceSampler().sample(step)
+            w.write_step(step, Emitted(res.tokens.to(torch.int32), res.counts, res.routes))
+    return path
+
+
+def cli(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
+    """Run the real `replay` command line in a subprocess."""
+    p = subprocess.run([sys.executable, "-m", "replay_harness.cli", *args], capture_output=True, text=True,
+                       cwd=cwd, timeout=600)
+    return p.returncode, p.stdout, p.stderr
