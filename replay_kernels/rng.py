@@ -1,0 +1,126 @@
+"""The ``mrv2`` RNG contract as ``@triton.jit`` device functions.
+
+Same contract as the torch oracle ``replay_harness/rng.py`` (read its module
+docstring for the definitions); these are what our Triton sampling kernels
+call. They match vLLM Model Runner V2 (``vllm/v1/worker/gpu/sample/gumbel.py``)
+bit for bit: same Philox stream (``tl.rand``), same hash, same fp32 expression
+trees (so a GPU compile contracts them into FMAs the same way vLLM's does).
+
+* ``accept_uniform(seed, pos)``: acceptance uniform, float32 in (0, 1).
+* ``murmur3_hash32(seed, pos, token)``: uint32 hash (domain 0).
+* ``murmur3_uniform32(seed, pos, token)``: Gumbel uniform, float32 in (0, 1].
+* ``gumbel_noise(seed, pos, token)``: ``-log(-log(1 - u))``, float32.
+
+``seed`` is an int64 scalar (any integer dtype is widened to int64), ``pos`` an
+integer scalar or block (int64 semantics), ``token`` an int32/int64 scalar or
+block of token ids; results have the broadcast shape.
+
+Exactness: the uniforms are exact on every backend. ``gumbel_noise`` uses
+``tl.log``: under ``TRITON_INTERPRET=1`` that is numpy's float32 log, on GPU
+libdevice's ``logf``, and the GPU compile may contract the series into FMAs;
+each can move the noise by an ulp or so against the torch oracle (whose log is
+correctly rounded). The harness classifies such differences as near-ties.
+
+Uses only APIs present in Triton 3.0-3.9 (``tl.rand``, ``tl.maximum``,
+``tl.where``, ``tl.log``, ``tl.zeros_like``, ``.to``).
+"""
+
+import triton
+import triton.language as tl
+
+# Smallest acceptance uniform (= tl.rand's smallest positive value).
+ACCEPT_UNIFORM_MIN = tl.constexpr(4.6566127342e-10)
+# Lower clamp for 1 - u before log (2**-24).
+LOG_CLAMP_MIN = tl.constexpr(5.960464477539063e-08)
+# Use the series for log(1 - u) below this u.
+SERIES_CUTOFF = tl.constexpr(0.25)
+
+
+@triton.jit
+def accept_uniform(seed, pos):
+    """``max(tl.rand(seed, pos), ACCEPT_UNIFORM_MIN)``: float32 in (0, 1).
+
+    ``pos`` is widened to int64 so its high word enters the Philox counter
+    whatever its dtype (identical to ``tl.rand`` for int64 positions).
+    """
+    return tl.maximum(tl.rand(seed, pos.to(tl.int64)), ACCEPT_UNIFORM_MIN)
+
+
+@triton.jit
+def _rotl32(x, r: tl.constexpr):
+    return (x << r) | (x >> (32 - r))
+
+
+@triton.jit
+def _murmur3_mix(h, k):
+    # All operands are uint32 (literals >= 2**31 are typed uint32 by Triton,
+    # and uint32 * int32-literal stays uint32), so products wrap mod 2**32.
+    k = k * 0xCC9E2D51
+    k = _rotl32(k, 15)
+    k = k * 0x1B873593
+    h = _rotl32(h ^ k, 13)
+    return h * 5 + 0xE6546B64
+
+
+@triton.jit
+def _murmur3_fmix32(h):
+    h = h ^ (h >> 16)
+    h = h * 0x85EBCA6B
+    h = h ^ (h >> 13)
+    h = h * 0xC2B2AE35
+    return h ^ (h >> 16)
+
+
+@triton.jit
+def murmur3_hash32(seed, pos, token):
+    """32-bit hash of (seed, pos, token): tl.uint32 of the shape of ``token``.
+
+    Mixes seed low/high 32 bits, pos low 32 bits, token low 32 bits into h = 0,
+    then ``fmix32(h ^ 16)``. The first three mixes stay scalar.
+    """
+    seed = seed.to(tl.int64)
+    pos = pos.to(tl.int64)
+    seed_lo = (seed & 0xFFFFFFFF).to(tl.uint32)
+    seed_hi = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    pos_lo = (pos & 0xFFFFFFFF).to(tl.uint32)
+    h = _murmur3_mix(tl.zeros_like(seed_lo), seed_lo)
+    h = _murmur3_mix(h, seed_hi)
+    h = _murmur3_mix(h, pos_lo)
+    h = _murmur3_mix(h, token.to(tl.uint32))
+    return _murmur3_fmix32(h ^ 16)
+
+
+@triton.jit
+def murmur3_uniform32(seed, pos, token):
+    """Gumbel uniform: float32 in (0, 1], the correctly rounded (h + 0.5) / 2**32.
+
+    The hash is split into 16-bit halves (each converts to fp32 exactly) so no
+    uint32 -> fp32 conversion is needed.
+    """
+    h = murmur3_hash32(seed, pos, token)
+    hi16 = (h >> 16).to(tl.int32).to(tl.float32)
+    lo16 = (h & 0xFFFF).to(tl.int32).to(tl.float32)
+    return hi16 * 1.52587890625e-05 + (lo16 + 0.5) * 2.3283064365386963e-10
+
+
+@triton.jit
+def log1p_neg(u):
+    """``log(1 - u)``: degree-8 series for u < 0.25, else ``log(max(1-u, 2**-24))``."""
+    poly = 1.0 / 8.0
+    poly = 1.0 / 7.0 + u * poly
+    poly = 1.0 / 6.0 + u * poly
+    poly = 1.0 / 5.0 + u * poly
+    poly = 1.0 / 4.0 + u * poly
+    poly = 1.0 / 3.0 + u * poly
+    poly = 1.0 / 2.0 + u * poly
+    poly = 1.0 + u * poly
+    series = -u * poly
+    direct = tl.log(tl.maximum(1.0 - u, LOG_CLAMP_MIN))
+    return tl.where(u < SERIES_CUTOFF, series, direct)
+
+
+@triton.jit
+def gumbel_noise(seed, pos, token):
+    """Gumbel(0, 1) noise ``-log(-log(1 - u))``, u = ``murmur3_uniform32``: float32."""
+    u = murmur3_uniform32(seed, pos, token)
+    return -tl.log(-log1p_neg(u))

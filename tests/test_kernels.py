@@ -1,0 +1,308 @@
+"""Triton kernels (stochastic, gumbel-max, serial-scan, params) against the torch oracle.
+
+On a machine without CUDA the kernels run under TRITON_INTERPRET=1 (numpy,
+IEEE float32), on small vocabularies. Every step here is SYNTHETIC: random
+logits from a seeded torch.Generator, never model output.
+
+Exactness contract: tokens, counts and routes equal the ``reference`` impl.
+The only tolerated differences are floating-point near-ties
+(``replay_harness.near_tie.is_near_tie``); each comparison asserts at most
+``MAX_NEAR_TIES`` of them per test (0 expected under the interpreter).
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton / replay_kernels are imported
+
+import pytest  # noqa: E402
+
+from replay_harness.impls.reference import ReferenceSampler  # noqa: E402
+from replay_harness.near_tie import is_near_tie  # noqa: E402
+from replay_harness.sampling_params import apply_sampling_params as oracle_params  # noqa: E402
+from replay_harness.step import ROUTE_CODE, Step  # noqa: E402
+from replay_kernels.params import apply_sampling_params as triton_params  # noqa: E402
+from replay_kernels.sample import GumbelMaxSampler, SerialScanSampler  # noqa: E402
+from replay_kernels.verify import StochasticSampler  # noqa: E402
+
+# Near-ties tolerated per comparison test (documented bound; 0 seen on CPU).
+MAX_NEAR_TIES = 2
+NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------------------
+# SYNTHETIC step builders
+# ---------------------------------------------------------------------------
+
+
+def synthetic_step(seed: int, vocab: int, num_requests: int, max_k: int, *, dtype=torch.float32,
+                   draft_logits: bool = False, greedy_frac: float = 0.3, filters: bool = True,
+                   ties: bool = False, neg_inf: bool = False, placeholders: bool = False,
+                   ks: list[int] | None = None, device="cpu") -> Step:
+    """A SYNTHETIC step: random logits, ragged k (incl. 0), mixed greedy / stochastic requests.
+
+    Drafts are the target argmax (likely accepted) or random ids (likely rejected);
+    draft logits, when present, are the target logits plus noise (so q ~ p).
+    """
+    g = torch.Generator().manual_seed(seed)
+    r = num_requests
+    k = torch.tensor(ks) if ks is not None else torch.randint(0, max_k + 1, (r,), generator=g)
+    n = int((k + 1).sum())
+    cu = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(k + 1, 0)]).to(torch.int32)
+    logits = torch.randn(n, vocab, generator=g) * 3.0
+    if ties:  # duplicate row maxima: first index must win (greedy), stable order (top-p)
+        for j in range(n):
+            a, b = torch.randint(0, vocab, (2,), generator=g).tolist()
+            top = float(logits[j].max()) + 1.0
+            logits[j, a] = top
+            logits[j, b] = top
+            c = torch.randint(0, vocab, (3,), generator=g)
+            logits[j, c] = float(logits[j, c[0]])
+    if neg_inf:
+        mask = torch.rand(n, vocab, generator=g) < 0.2
+        mask[:, 0] = False
+        logits[mask] = NEG_INF
+    logits = logits.to(dtype)
+    temps = torch.where(torch.rand(r, generator=g) < greedy_frac, torch.zeros(r),
+                        torch.tensor([0.6, 1.0, 1.3])[torch.randint(0, 3, (r,), generator=g)])
+    top_k = torch.zeros(r, dtype=torch.int32)
+    top_p = torch.ones(r, dtype=torch.float32)
+    min_p = torch.zeros(r, dtype=torch.float32)
+    if filters:
+        for i in range(r):
+            kind = int(torch.randint(0, 7, (1,), generator=g))
+            if kind == 1:
+                top_k[i] = 1
+            elif kind == 2:
+                top_k[i] = int(torch.randint(2, max(3, vocab // 4), (1,), generator=g))
+            elif kind == 3:
+                top_p[i] = 1e-6  # tiny top-p: the max alone
+            elif kind == 4:
+                top_p[i] = float(torch.empty(1).uniform_(0.3, 0.95, generator=g))
+            elif kind == 5:
+                min_p[i] = float(torch.empty(1).uniform_(0.01, 0.3, generator=g))
+            elif kind == 6:
+                top_k[i] = int(torch.randint(2, max(3, vocab // 2), (1,), generator=g))
+                top_p[i] = float(torch.empty(1).uniform_(0.5, 0.95, generator=g))
+                min_p[i] = 0.02
+        top_k[temps == 0] = 0
+        top_p[temps == 0] = 1.0
+        min_p[temps == 0] = 0.0
+    drafts = torch.full((n,), -1, dtype=torch.int32)
+    argmax = logits.float().argmax(1)
+    for i in range(r):
+        a = int(cu[i])
+        for j in range(int(k[i])):
+            roll = float(torch.rand(1, generator=g))
+            if placeholders and roll < 0.1:
+                d = -1
+            elif roll < 0.7:
+                d = int(argmax[a + j])
+            else:
+                d = int(torch.randint(0, vocab, (1,), generator=g))
+            drafts[a + j] = d
+    positions = torch.cat([torch.arange(int(k[i]) + 1) + int(torch.randint(0, 4000, (1,), generator=g))
+                           for i in range(r)]).to(torch.int64) if r else torch.zeros(0, dtype=torch.int64)
+    seeds = torch.randint(-2**62, 2**62, (r,), generator=g, dtype=torch.int64)
+    dl = None
+    if draft_logits:
+        is_bonus = torch.zeros(n, dtype=torch.bool)
+        is_bonus[cu[1:].long() - 1] = True
+        base = logits.float()[~is_bonus]
+        dl = (base + torch.randn(base.shape, generator=g) * 0.7).to(dtype)
+        dl[~torch.isfinite(base)] = 0.0
+    step = Step(logits=logits, cu_num_logits=cu, draft_token_ids=drafts, positions=positions,
+                temperature=temps.float(), top_k=top_k, top_p=top_p, min_p=min_p, seed=seeds,
+                request_ids=torch.arange(100, 100 + r, dtype=torch.int64), draft_logits=dl)
+    return step.to(device) if device != "cpu" else step
+
+
+def compare(step: Step, result, expected, *, max_near_ties: int = MAX_NEAR_TIES) -> int:
+    """Assert ``result`` equals ``expected`` up to documented near-ties; returns the near-tie count."""
+    assert torch.equal(result.routes.cpu(), expected.routes), (result.routes, expected.routes)
+    assert result.tokens.shape == expected.tokens.shape
+    near = 0
+    rt, rc = result.tokens.cpu(), result.counts.cpu()
+    for r in range(step.num_requests):
+        if torch.equal(rt[r], expected.tokens[r]) and int(rc[r]) == int(expected.counts[r]):
+            continue
+        diff = (rt[r] != expected.tokens[r]).nonzero()
+        pos = int(diff[0]) if diff.numel() else min(int(rc[r]), int(expected.counts[r])) - 1
+        tie, margin = is_near_tie(step.to("cpu"), r, pos)
+        assert tie, (f"request {r} position {pos}: got {rt[r].tolist()} (count {int(rc[r])}), "
+                     f"expected {expected.tokens[r].tolist()} (count {int(expected.counts[r])}), margin {margin}")
+        near += 1
+    assert near <= max_near_ties, f"{near} near-ties"
+    return near
+
+
+# ---------------------------------------------------------------------------
+# apply_sampling_params
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vocab,seed,ties,neg_inf", [(97, 0, False, False), (1000, 1, True, False),
+                                                      (1000, 2, False, True), (4099, 3, True, True)])
+def test_params_match_oracle(vocab, seed, ties, neg_inf):
+    step = synthetic_step(seed, vocab, 10, 2, ties=ties, neg_inf=neg_inf, greedy_frac=0.1)
+    got = triton_params(step)
+    want = oracle_params(step)
+    assert torch.equal(got, want), (got != want).nonzero()[:10]
+
+
+def test_params_top_p_tie_group_is_cut_in_index_order():
+    # One row, a tie group straddling the top-p boundary: the stable ascending
+    # sort drops the group's lowest ids first.
+    v = 64
+    logits = torch.full((1, v), -8.0)
+    logits[0, [5, 17, 30, 41]] = 1.0
+    logits[0, 60] = 1.5
+    for p in (0.3, 0.45, 0.6, 0.8, 0.999):
+        step = Step(logits=logits.clone(), cu_num_logits=torch.tensor([0, 1], dtype=torch.int32),
+                    draft_token_ids=torch.tensor([-1], dtype=torch.int32), positions=torch.tensor([3]),
+                    temperature=torch.tensor([1.0]), top_k=torch.tensor([0], dtype=torch.int32),
+                    top_p=torch.tensor([p]), min_p=torch.tensor([0.0]), seed=torch.tensor([7]),
+                    request_ids=torch.tensor([1]))
+        assert torch.equal(triton_params(step), oracle_params(step)), p
+
+
+def test_params_bf16_and_topk1():
+    step = synthetic_step(4, 1000, 8, 1, dtype=torch.bfloat16, ties=True, greedy_frac=0.0)
+    step.top_k[:] = 1
+    assert torch.equal(triton_params(step), oracle_params(step))
+
+
+# ---------------------------------------------------------------------------
+# stochastic
+# ---------------------------------------------------------------------------
+
+STOCHASTIC_CASES = [
+    # vocab, seed, kwargs, (stats_block, draw_block)
+    (97, 10, dict(), (4096, 2048)),
+    (97, 11, dict(draft_logits=True, placeholders=True), (32, 32)),
+    (1000, 12, dict(ties=True), (256, 128)),
+    (1000, 13, dict(draft_logits=True, neg_inf=True), (256, 256)),
+    (1000, 14, dict(dtype=torch.bfloat16, draft_logits=True), (4096, 2048)),
+    (4099, 15, dict(placeholders=True, ties=True), (4096, 2048)),
+    (4099, 16, dict(draft_logits=True, dtype=torch.float16), (1024, 512)),
+    (8209, 17, dict(draft_logits=True), (4096, 2048)),
+]
+
+
+@pytest.mark.parametrize("vocab,seed,kwargs,blocks", STOCHASTIC_CASES)
+def test_stochastic_matches_reference(vocab, seed, kwargs, blocks):
+    step = synthetic_step(seed, vocab, 8 if vocab < 5000 else 4, 4, **kwargs)
+    got = StochasticSampler(stats_block=blocks[0], draw_block=blocks[1]).sample(step)
+    want = ReferenceSampler().sample(step)
+    compare(step, got, want)
+
+
+def test_stochastic_covers_every_route_and_outcome():
+    """Across a batch of seeds: accepts, rejections, bonus draws and all four routes occur."""
+    seen_routes, accepted, rejected, bonus = set(), 0, 0, 0
+    for seed in range(20, 26):
+        step = synthetic_step(seed, 211, 8, 3, draft_logits=seed % 2 == 0, filters=seed % 3 == 0)
+        got = StochasticSampler(stats_block=64, draw_block=64).sample(step)
+        compare(step, got, ReferenceSampler().sample(step))
+        seen_routes |= set(got.route_names())
+        k = step.num_drafts
+        bonus += int((got.counts.long() == k + 1).sum())
+        accepted += int((got.counts.long() - 1).clamp(min=0).sum())
+        rejected += int(((got.counts.long() < k + 1) & (k > 0)).sum())
+    assert seen_routes == {"greedy-sample", "random-sample", "greedy-verify", "stochastic-verify"}
+    assert accepted > 0 and rejected > 0 and bonus > 0
+
+
+def test_stochastic_all_k0_and_all_greedy():
+    plain = synthetic_step(30, 500, 6, 0, ks=[0] * 6)
+    compare(plain, StochasticSampler().sample(plain), ReferenceSampler().sample(plain))
+    greedy = synthetic_step(31, 500, 6, 4, greedy_frac=1.0, ties=True)
+    compare(greedy, StochasticSampler(stats_block=128).sample(greedy), ReferenceSampler().sample(greedy))
+
+
+def test_stochastic_prepare_launch_is_repeatable():
+    step = synthetic_step(40, 300, 5, 3, draft_logits=True)
+    impl = StochasticSampler(stats_block=64, draw_block=64)
+    state = impl.prepare(step)
+    t1, c1 = (x.clone() for x in impl.launch(state))
+    t2, c2 = impl.launch(state)
+    assert torch.equal(t1, t2) and torch.equal(c1, c2)
+    assert t1.dtype == torch.int64 and c1.dtype == torch.int32
+
+
+def test_stochastic_empty_step():
+    step = synthetic_step(41, 50, 0, 2, ks=[])
+    res = StochasticSampler().sample(step)
+    assert res.tokens.shape == (0, 1) and res.counts.numel() == 0
+
+
+# ---------------------------------------------------------------------------
+# plain samplers
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vocab,seed,kwargs", [(97, 50, dict()), (1000, 51, dict(ties=True, neg_inf=True)),
+                                               (4099, 52, dict(dtype=torch.bfloat16)), (8209, 53, dict())])
+def test_gumbel_max_matches_reference(vocab, seed, kwargs):
+    step = synthetic_step(seed, vocab, 6, 0, ks=[0] * 6, **kwargs)
+    block = 256 if vocab <= 1000 else 2048
+    compare(step, GumbelMaxSampler(block=block).sample(step), ReferenceSampler().sample(step))
+
+
+@pytest.mark.parametrize("vocab,seed,kwargs", [(97, 60, dict(ties=True)), (300, 61, dict(dtype=torch.bfloat16))])
+def test_serial_scan_matches_reference(vocab, seed, kwargs):
+    step = synthetic_step(seed, vocab, 4, 0, ks=[0] * 4, **kwargs)
+    compare(step, SerialScanSampler().sample(step), ReferenceSampler().sample(step))
+
+
+@pytest.mark.parametrize("impl", [GumbelMaxSampler(block=64), SerialScanSampler()], ids=lambda i: i.name)
+def test_plain_samplers_refuse_requests_with_drafts(impl):
+    step = synthetic_step(70, 97, 4, 2, ks=[0, 2, 0, 1])
+    got = impl.sample(step)
+    want = ReferenceSampler().sample(step)
+    refused = ROUTE_CODE["refused"]
+    assert got.routes.tolist() == [int(want.routes[0]), refused, int(want.routes[2]), refused]
+    assert got.counts.tolist()[1] == 0 and got.counts.tolist()[3] == 0
+    assert (got.tokens[[1, 3]] == -1).all()
+    for r in (0, 2):
+        assert got.tokens[r].tolist() == want.tokens[r].tolist() and int(got.counts[r]) == 1
+    assert got.notes and "stochastic" in got.notes[0]
+
+
+# ---------------------------------------------------------------------------
+# GPU: production vocabularies, determinism
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [151936, 248320])
+def test_gpu_large_vocab_exact_and_deterministic(vocab):
+    assert torch.cuda.is_available()
+    for seed, kwargs in [(80, dict()), (81, dict(draft_logits=True)), (82, dict(dtype=torch.bfloat16, ties=True))]:
+        step = synthetic_step(seed, vocab, 16, 4, device="cuda", **kwargs)
+        want = ReferenceSampler().sample(step.to("cpu"))  # the oracle runs on the CPU
+        impl = StochasticSampler()
+        got = impl.sample(step)
+        # GPU libdevice log / FMA contraction may move noise by an ulp: near-ties allowed (bound stated above).
+        compare(step, got, want)
+        state = impl.prepare(step)
+        first = [x.clone() for x in impl.launch(state)]
+        for _ in range(100):
+            tokens, counts = impl.launch(state)
+            assert torch.equal(tokens, first[0]) and torch.equal(counts, first[1])
+        # launch is graph-capturable (no host sync) and replays to the same tokens.
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            impl.launch(state)
+        state.tokens.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(state.tokens, first[0]) and torch.equal(state.counts, first[1])
+        plain = synthetic_step(seed + 10, vocab, 16, 0, ks=[0] * 16, device="cuda", **kwargs)
+        gm = GumbelMaxSampler()
+        compare(plain, gm.sample(plain), ReferenceSampler().sample(plain.to("cpu")))
+        gstate = gm.prepare(plain)
+        gfirst = gm.launch(gstate)[0].clone()
+        for _ in range(100):
+            assert torch.equal(gm.launch(gstate)[0], gfirst)
