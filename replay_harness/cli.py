@@ -215,6 +215,11 @@ def impls(as_json: bool = JSON_OPT) -> None:
     out.print(table)
 
 
+from .record_cli import record  # noqa: E402  (imports no torch or transformers at start-up)
+
+app.command()(record)
+
+
 def main() -> None:
     """Console-script entry: one line and a documented exit code for every error, never a traceback."""
     try:

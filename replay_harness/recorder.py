@@ -203,6 +203,11 @@ class Recorder:
         t = _as_tensor(x, name, where, index)
         if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
             raise InputError(where, f"dtype {_dname(t.dtype)} is not an integer dtype", step=index, field=name)
+        if t.dtype in (torch.uint16, torch.uint32, torch.uint64):  # few torch ops support these: go via numpy
+            arr = t.numpy()
+            if arr.size and int(arr.max()) > 2 ** 63 - 1:
+                raise InputError(where, f"value {int(arr.max())} does not fit int64", step=index, field=name)
+            t = torch.from_numpy(arr.astype(np.int64))
         if broadcast is not None and t.ndim == 0:
             t = t.reshape(1).expand(broadcast)
         target = _INT_DTYPES[name]

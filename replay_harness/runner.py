@@ -43,14 +43,19 @@ def run_recording(rec: Recording, impl: Any, against: str | Any, device: torch.d
         cmp.notes.append(f"RNG contracts differ ({getattr(impl, 'rng_contract', None)} vs {other_contract}): "
                          "stochastic requests are not compared token by token; use statistical verification")
     for record in rec:
-        step = record.step.to(device)
         with torch.inference_mode() if device.type == "cuda" else nullcontext():
-            got = _to_cpu(impl.sample(step))
-            want = recorded_result(record.emitted) if against == "recorded" else _to_cpu(against.sample(step))
+            got = _to_cpu(impl.sample(_on(record.step, impl, device)))
+            want = recorded_result(record.emitted) if against == "recorded" else \
+                _to_cpu(against.sample(_on(record.step, against, device)))
         compare_step(cmp, record.index, record.step, got, want, exact_stochastic=exact)
         if on_step:
             on_step()
     return cmp
+
+
+def _on(step, impl, device: torch.device):
+    """The step on the device the impl runs on: torch oracles (``cpu_only``) stay on the CPU."""
+    return step if getattr(impl, "cpu_only", False) else step.to(device)
 
 
 def _to_cpu(result):

@@ -45,6 +45,7 @@ class GreedyOnlySampler:
     description = "reproduces the engine bug: every speculative step verified greedily, whatever the temperature"
     rng_contract = "mrv2"
     requires_cuda = False
+    cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
     def sample(self, step: Step) -> SampleResult:
         result = _plain_samples(step)  # plain samples (k = 0) are right in the engine
@@ -58,6 +59,7 @@ class GuardedSampler:
     description = "the small fix: greedy verify at temperature 0, temperature > 0 under drafts refused by name"
     rng_contract = "mrv2"
     requires_cuda = False
+    cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
     def sample(self, step: Step) -> SampleResult:
         result = _plain_samples(step)

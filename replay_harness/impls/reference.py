@@ -88,6 +88,7 @@ class ReferenceSampler:
     description = "pure torch oracle, Model Runner V2 semantics (greedy and stochastic verify per request)"
     rng_contract = "mrv2"
     requires_cuda = False
+    cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
     def sample(self, step: Step) -> SampleResult:
         processed = apply_sampling_params(step)
