@@ -235,6 +235,16 @@ class _PlainSampler:
             dummy_i32=torch.zeros(1, **i32), dummy_f32=torch.zeros(1, dtype=torch.float32, device=device))
 
     def launch(self, state: PlainState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Device work only (graph-capturable): reset outputs, filter bounds, then the impl's draw."""
+        state.tokens.fill_(-1)
+        state.counts.copy_(state.counts_init)
+        if state.mode.numel() == 0:
+            return state.tokens, state.counts
+        launch_params(state.logits, state.params)
+        self._draw(state)
+        return state.tokens, state.counts
+
+    def _draw(self, state: PlainState) -> None:
         raise NotImplementedError
 
     def sample(self, step: Step) -> SampleResult:
@@ -249,24 +259,17 @@ class GumbelMaxSampler(_PlainSampler):
     name = "gumbel-max"
     description = "parallel Gumbel-max plain sampler (k = 0), grid (rows, vocab blocks) + reduce, Triton"
 
-    def launch(self, state: PlainState) -> tuple[torch.Tensor, torch.Tensor]:
-        """Device work only (graph-capturable): filter bounds, block draws, reduce."""
-        state.tokens.fill_(-1)
-        state.counts.copy_(state.counts_init)
-        r = state.mode.numel()
-        if r == 0:
-            return state.tokens, state.counts
-        launch_params(state.logits, state.params)
-        p = state.params
-        v = state.logits.shape[1]
+    def _draw(self, state: PlainState) -> None:
+        """Block draws over a grid (rows, vocab blocks), then the reduce (first block on ties)."""
+        p, r = state.params, state.mode.numel()
         _draw_block_kernel[(r, state.num_blocks)](
             state.logits, state.logits.stride(0), state.dummy_f32, 0,
             state.mode, state.row, state.dummy_i32, state.dummy_i32, state.dummy_f32, state.dummy_f32,
             p.temp_div, p.cut_val, p.cut_idx, state.dummy_f32, state.seed, state.positions,
-            state.bmax, state.barg, v, state.num_blocks, HAS_DRAFT=False, BLOCK=self.block, num_warps=8)
+            state.bmax, state.barg, state.logits.shape[1], state.num_blocks, HAS_DRAFT=False, BLOCK=self.block,
+            num_warps=8)
         _draw_reduce_kernel[(r,)](state.mode, state.slot, state.bmax, state.barg, state.tokens,
                                   state.tokens.stride(0), state.num_blocks, CHUNK=REDUCE_CHUNK)
-        return state.tokens, state.counts
 
 
 class SerialScanSampler(_PlainSampler):
@@ -275,17 +278,10 @@ class SerialScanSampler(_PlainSampler):
     name = "serial-scan"
     description = "serial one-thread-per-row Gumbel-max scan (k = 0), the slow engine kernel, Triton"
 
-    def launch(self, state: PlainState) -> tuple[torch.Tensor, torch.Tensor]:
-        """Device work only (graph-capturable): filter bounds, one serial scan per row."""
-        state.tokens.fill_(-1)
-        state.counts.copy_(state.counts_init)
-        r = state.mode.numel()
-        if r == 0:
-            return state.tokens, state.counts
-        launch_params(state.logits, state.params)
+    def _draw(self, state: PlainState) -> None:
+        """One program per row, scalar loop over the whole vocabulary."""
         p = state.params
-        _serial_scan_kernel[(r,)](
+        _serial_scan_kernel[(state.mode.numel(),)](
             state.logits, state.logits.stride(0), state.mode, state.row, p.temp_div, p.cut_val, p.cut_idx,
             state.seed, state.positions, state.tokens, state.tokens.stride(0), state.logits.shape[1],
             num_warps=1)
-        return state.tokens, state.counts
