@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .impls.reference import residual_logits
-from .rng import accept_uniform, gumbel_row
+from .impls.reference import accept_test, residual_logits
+from .rng import gumbel_row
 from .sampling_params import apply_sampling_params
 from .step import Step
 
@@ -50,10 +50,8 @@ def decision_margin(step: Step, request: int, position: int) -> float:
     if d < 0:
         return _top2_gap(logits[position] + noise)
     q = None if sub.draft_logits is None else sub.draft_logits[position].float() / temperature
-    log_p = logits[position, d] - torch.logsumexp(logits[position], 0)
-    log_q = 0.0 if q is None else q[d] - torch.logsumexp(q, 0)
-    u = accept_uniform(torch.tensor(seed), torch.tensor(pos[position]))
-    accept_margin = abs(float(log_p - torch.log(u) - log_q))
+    log_p, threshold = accept_test(logits[position], d, q, seed, pos[position])
+    accept_margin = abs(float(log_p - threshold))
     return min(accept_margin, _top2_gap(residual_logits(logits[position], d, q) + noise))
 
 

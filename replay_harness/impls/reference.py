@@ -51,6 +51,19 @@ def gumbel_draw(scores: torch.Tensor, seed: int, pos: int) -> int:
     return argmax_first(scores + gumbel_row(seed, pos, scores.shape[0], scores.device))
 
 
+def accept_test(target: torch.Tensor, draft_token: int, draft: torch.Tensor | None, seed: int,
+                pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(d), log u + log q(d)) for the stochastic accept test; accept iff the first is greater.
+
+    target: [V] processed target logits; draft: [V] draft logits divided by the temperature, or None
+    (one-hot draft, log q = 0).
+    """
+    log_p = target[draft_token] - torch.logsumexp(target, 0)
+    log_q = 0.0 if draft is None else draft[draft_token] - torch.logsumexp(draft, 0)
+    u = accept_uniform(torch.tensor(seed), torch.tensor(pos))
+    return log_p, torch.log(u) + log_q
+
+
 def verify_request(logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
                    seed: int, draft_logits: torch.Tensor | None) -> list[int]:
     """Tokens emitted by one request.
@@ -73,10 +86,8 @@ def verify_request(logits: torch.Tensor, drafts: list[int], positions: list[int]
         if d < 0:  # placeholder: verification ends, draw from the target at this row
             return out + [gumbel_draw(logits[i], seed, positions[i])]
         q = None if draft_logits is None else draft_logits[i].float() / temperature
-        log_p = logits[i, d] - torch.logsumexp(logits[i], 0)
-        log_q = 0.0 if q is None else q[d] - torch.logsumexp(q, 0)
-        u = accept_uniform(torch.tensor(seed), torch.tensor(positions[i]))
-        if bool(log_p > torch.log(u) + log_q):
+        log_p, threshold = accept_test(logits[i], d, q, seed, positions[i])
+        if bool(log_p > threshold):
             out.append(d)
             continue
         return out + [gumbel_draw(residual_logits(logits[i], d, q), seed, positions[i])]
