@@ -123,12 +123,15 @@ class SampleResult:
     counts [R]          int32  emitted tokens per request (accepted drafts + 1; 0 when refused)
     routes [R]          int8   route codes (see ROUTES)
     notes               list[str]  human remarks, e.g. why requests were refused
+    self_reported_us    float | None  the impl's own timing of this step in µs (external programs that
+                                      time their kernels report it; `replay bench` shows it beside its own)
     """
 
     tokens: torch.Tensor
     counts: torch.Tensor
     routes: torch.Tensor
     notes: list[str] = field(default_factory=list)
+    self_reported_us: float | None = None
 
     @classmethod
     def empty(cls, num_requests: int, max_drafts: int) -> "SampleResult":
