@@ -218,6 +218,9 @@ def impls(as_json: bool = JSON_OPT) -> None:
 from .record_cli import record  # noqa: E402  (imports no torch or transformers at start-up)
 
 app.command()(record)
+# -- bench (issue 5)
+# -- verify (issue 6)
+# -- audit (issue 6)
 
 
 def main() -> None:

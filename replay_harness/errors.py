@@ -1,7 +1,8 @@
 """Errors the command line turns into one line and an exit code (DESIGN.md §6).
 
-Exit codes: 0 all good; 1 mismatch or routing violation; 2 usage or bad input;
-3 environment (no GPU where one is required, impl unavailable).
+Exit codes: 0 all good; 1 mismatch, routing violation or finding; 2 usage or bad input;
+3 environment (no GPU where one is required, impl unavailable); 4 inconclusive (the code path
+under test never ran, so a result would mean nothing: `replay bench`'s coverage guard).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
+EXIT_INCONCLUSIVE = 4
 
 
 class ReplayError(Exception):

@@ -26,8 +26,8 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_impl(name: str, device: torch.device) -> Any:
-    impl = get_impl(name)
+def load_impl(name: str, device: torch.device, impl_args: list[str] | None = None) -> Any:
+    impl = get_impl(name, impl_args)
     if getattr(impl, "requires_cuda", False) and device.type != "cuda":
         raise EnvironmentProblem(f"impl '{name}' needs a CUDA GPU")
     return impl

@@ -51,8 +51,13 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def get_impl(name: str) -> Any:
-    """An instance of the impl called ``name``; unknown names list the known ones (exit 2)."""
+def get_impl(name: str, impl_args: list[str] | None = None) -> Any:
+    """An instance of the impl called ``name``; unknown names list the known ones (exit 2).
+
+    ``impl_args`` are the repeated ``--impl-arg`` values; only external impls (``exec:PATH``) take any.
+    """
+    if impl_args:
+        raise UsageError(f"--impl-arg is only for external impls (exec:PATH), not '{name}'")
     try:
         if name in _registered:
             return _registered[name]()
