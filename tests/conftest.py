@@ -17,3 +17,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--regen-goldens", action="store_true", default=False,
+                     help="rewrite tests/goldens/*.txt from the current code instead of comparing (review the diff!)")
