@@ -118,8 +118,8 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
         same = ta[r, :n] == tb[r, :n]
         cmp.tokens_compared += n
         cmp.tokens_matched += int(same.sum())
-        if bool(same.all()) and routes_a[r] == routes_b[r]:
-            cmp.requests_matched += 1
+        if bool(same.all()) and (routes_a[r] == routes_b[r] or "unknown" in (routes_a[r], routes_b[r])):
+            cmp.requests_matched += 1  # an unrecorded route (optional in the format) is no divergence
             continue
         if bool(same.all()):  # same tokens, different route
             cmp.divergences.append(Divergence(step_index, r, rid, None, None, None, routes_a[r], routes_b[r],

@@ -82,15 +82,24 @@ def tensor_digest(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> str
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{list(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        # reshape(-1) first: a 0-dim tensor cannot be viewed as bytes directly
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     h.update(canonical_json(meta).encode())
     return h.hexdigest()
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, rename over ``path``, fsync the folder."""
+    """Write to a temp file in the same folder, fsync, rename over ``path``, fsync the folder.
+
+    The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600,
+    so a recording can be shared like any other file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -175,14 +184,43 @@ class RecordingWriter:
             self.close()
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to ``limit`` characters (error messages stay one short line)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _read_manifest(mpath: Path) -> dict[str, Any]:
+    """The manifest as a JSON object, or an InputError naming it (never another exception)."""
+    try:
+        data = mpath.read_bytes()
+    except OSError as e:
+        raise InputError(mpath, f"cannot read ({e.strerror or type(e).__name__})") from None
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(mpath, "not valid JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as e:
+        raise InputError(mpath, f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except (ValueError, RecursionError) as e:  # integers over Python's digit limit, absurd nesting
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(":")[0]
+        raise InputError(mpath, f"not valid JSON ({reason})") from None
+    if not isinstance(manifest, dict):
+        raise InputError(mpath, "not a JSON object", field="schema")
+    return manifest
+
+
 def _parse_schema(value: Any, expected: str, file: Path, field: str, step: int | None = None) -> None:
     if not isinstance(value, str) or "/" not in value or value.split("/")[0] != expected:
-        raise InputError(file, f"not a replay recording (schema {value!r}, expected '{expected}/{SCHEMA_MAJOR}')",
-                         step=step, field=field)
+        raise InputError(file, f"not a replay recording (schema {_short(value)}, expected "
+                               f"'{expected}/{SCHEMA_MAJOR}')", step=step, field=field)
     major = value.split("/", 1)[1]
     if major != str(SCHEMA_MAJOR):
-        raise InputError(file, f"unknown schema major version {major!r}; this replay reads version {SCHEMA_MAJOR}",
-                         step=step, field=field)
+        raise InputError(file, f"unknown schema major version {_short(major)}; this replay reads version "
+                               f"{SCHEMA_MAJOR}", step=step, field=field)
 
 
 class Recording:
@@ -198,28 +236,35 @@ class Recording:
         mpath = self.path / MANIFEST
         if not mpath.exists():
             raise InputError(mpath, "missing: not a replay recording folder")
-        try:
-            self.manifest = json.loads(mpath.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InputError(mpath, f"not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
-        if not isinstance(self.manifest, dict):
-            raise InputError(mpath, "not a JSON object", field="schema")
+        self.manifest = _read_manifest(mpath)
         _parse_schema(self.manifest.get("schema"), RECORDING_SCHEMA, mpath, "schema")
         vocab = self.manifest.get("vocab_size")
-        if not isinstance(vocab, int) or vocab <= 0:
-            raise InputError(mpath, f"must be a positive integer, got {vocab!r}", field="vocab_size")
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= 0:
+            raise InputError(mpath, f"must be a positive integer, got {_short(vocab)}", field="vocab_size")
         self.vocab_size = vocab
         self.rng_contract = str(self.manifest.get("rng_contract", "mrv2"))
         self.synthetic = bool(self.manifest.get("synthetic", False))
         files = []
-        for f in sorted((self.path / STEPS_DIR).glob("*.safetensors")):
+        for f in (self.path / STEPS_DIR).glob("*.safetensors"):
             m = STEP_RE.match(f.name)
             if m:
-                files.append((int(m.group(1)), f))
+                files.append((int(m.group(1)), len(f.name), f.name, f))
+        files.sort()  # by step index, not by name (step-1000000 follows step-999999); 6 digits first
+        files = [(index, f) for index, _, _, f in files]
         for expected, (index, f) in enumerate(files):
+            if index < expected:
+                raise InputError(f, f"a second file for step {index} (step-{index:06d}.safetensors exists)",
+                                 step=index)
             if index != expected:
                 raise InputError(f, f"step files are not consecutive: expected step-{expected:06d}", step=expected)
         self.files = [f for _, f in files]
+        if self.manifest.get("complete") is True and self.manifest.get("num_steps") is not None:
+            declared = self.manifest["num_steps"]
+            if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
+                raise InputError(mpath, f"must be a non-negative integer, got {_short(declared)}", field="num_steps")
+            if declared != len(self.files):
+                raise InputError(mpath, f"the closed recording declares {declared} steps but {len(self.files)} "
+                                        f"step files are present (a step file was lost or added)", field="num_steps")
 
     @property
     def name(self) -> str:
@@ -244,12 +289,16 @@ class Recording:
             raise InputError(file, f"unreadable safetensors file (truncated or corrupt: {reason})", step=index) from None
         try:
             meta = json.loads(raw_meta) if raw_meta is not None else None
-        except json.JSONDecodeError:
-            meta = None
+        except (ValueError, RecursionError):  # JSONDecodeError, over-long integers, deep nesting
+            raise InputError(file, f"the '{METADATA_KEY}' metadata is not valid JSON", step=index,
+                             field="__metadata__") from None
         if not isinstance(meta, dict):
             raise InputError(file, f"missing the '{METADATA_KEY}' metadata: not a replay step", step=index,
                              field="__metadata__")
         _parse_schema(meta.get("schema"), STEP_SCHEMA, file, "__metadata__.schema", step=index)
+        if meta.get("step") != index or isinstance(meta.get("step"), bool):
+            raise InputError(file, f"says step {_short(meta.get('step'))}, but the file name says step {index}",
+                             step=index, field="__metadata__.step")
         return tensors, meta
 
     def __getitem__(self, index: int) -> StepRecord:

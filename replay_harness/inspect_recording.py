@@ -4,20 +4,26 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import torch
-
 from .fixture import STEP_FIELDS, Recording
 from .step import route_name
+from .validate import check_step
 
 
 def summarize(rec: Recording) -> dict[str, Any]:
-    """A JSON-able summary of ``rec``; reads every step once (memory-mapped)."""
+    """A JSON-able summary of ``rec``; reads every step once (memory-mapped).
+
+    Raises the first schema violation of a step as an ``InputError`` (exit 2), like every loader.
+    """
     shapes, dtypes, ks, routes = Counter(), Counter(), Counter(), Counter()
     greedy = stochastic = top_k = top_p = min_p = with_draft_logits = rows = requests = 0
     accepted_at = Counter()   # position i -> drafts accepted at i
     offered_at = Counter()    # position i -> requests with k > i
     for i in range(len(rec)):
         t, _ = rec.read_tensors(i)
+        problems = [p for p in check_step(t, rec.vocab_size, file=rec.files[i], step=i, nan=rec.nan)
+                    if not p.warning]
+        if problems:  # the counts below assume a valid step; a broken one is bad input (exit 2)
+            raise problems[0]
         n, v = t["logits"].shape
         rows += n
         r = t["cu_num_logits"].numel() - 1

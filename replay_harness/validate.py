@@ -145,3 +145,37 @@ def _check_emitted(t: dict[str, torch.Tensor], k: torch.Tensor, vocab_size: int,
         routes = t["emitted_routes"].long()
         if bool(((routes < -1) | (routes >= len(ROUTES))).any()):
             bad("emitted_routes", f"route code outside [-1, {len(ROUTES) - 1}]")
+
+
+def check_recording(rec, nan: str = "error") -> list[InputError]:
+    """Every problem of an opened ``Recording``: each step's schema, the clean-close flag and, for a closed
+    recording, its content digest (a step file edited, swapped or bit-flipped after close: a warning).
+
+    Warnings (``p.warning``) leave the recording usable; errors make ``replay validate`` exit 2.
+    """
+    import hashlib
+
+    from .fixture import MANIFEST, tensor_digest
+
+    problems: list[InputError] = []
+    digests: list[str] = []
+    for i in range(len(rec)):
+        try:
+            tensors, meta = rec.read_tensors(i)
+        except InputError as e:
+            problems.append(e)
+            continue
+        problems.extend(check_step(tensors, rec.vocab_size, file=rec.files[i], step=i, nan=nan))
+        digests.append(tensor_digest(tensors, meta))
+    manifest = rec.path / MANIFEST
+    if not rec.manifest.get("complete", False):
+        problems.append(InputError(manifest, f"recording did not close cleanly; {len(rec)} finished steps are "
+                                   "readable", field="complete", warning=True))
+    elif len(digests) == len(rec) and isinstance(rec.manifest.get("digest"), str):
+        got = hashlib.sha256("".join(digests).encode()).hexdigest()
+        if got != rec.manifest["digest"]:
+            # a warning: a foreign writer may canonicalize its metadata JSON differently (docs/FIXTURES.md)
+            problems.append(InputError(manifest, "content digest does not match the steps: a step file changed "
+                                       "after the recording was closed (or its writer computes the digest "
+                                       "differently)", field="digest", warning=True))
+    return problems

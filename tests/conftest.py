@@ -8,6 +8,19 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+try:  # hypothesis comes with the "test" extra; only tests/test_hardening.py needs it
+    from hypothesis import HealthCheck, settings
+except ImportError:  # pragma: no cover
+    settings = None
+if settings is not None:
+    # Profiles (tests/test_hardening.py): "ci" is the default, derandomized so CI is reproducible;
+    # REPLAY_HYPOTHESIS_PROFILE=thorough runs 10x the examples with fresh randomness.
+    settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("thorough", max_examples=1000, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("REPLAY_HYPOTHESIS_PROFILE", "ci"))
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(REPO, ".peers")
 

@@ -101,3 +101,18 @@ def test_foreign_safetensors_is_not_a_step(tmp_path):
     save_file({"x": torch.zeros(2)}, str(rec.files[0]))
     with pytest.raises(InputError, match="not a replay step"):
         Recording(tmp_path / "rec")[0]
+
+
+def test_written_files_are_readable_by_others(tmp_path):
+    """Atomic writes go through mkstemp (mode 0600); the final files must get the usual 0666 & ~umask."""
+    import os
+    import stat
+
+    from replay_harness.synthetic import CASES
+    from helpers import write_recording
+
+    rec = write_recording(tmp_path / "rec", CASES["synthetic-edge"], steps=1)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for f in [rec / "manifest.json", *sorted((rec / "steps").iterdir())]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask, f
