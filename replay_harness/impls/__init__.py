@@ -55,7 +55,13 @@ def get_impl(name: str, impl_args: list[str] | None = None) -> Any:
     """An instance of the impl called ``name``; unknown names list the known ones (exit 2).
 
     ``impl_args`` are the repeated ``--impl-arg`` values; only external impls (``exec:PATH``) take any.
+    ``exec:COMMAND`` starts COMMAND (shlex-split, then ``impl_args``) as an external sampler process
+    (replay_harness.external, docs/EXTERNAL.md).
     """
+    if name.startswith("exec:"):
+        from ..external import ExecSampler
+
+        return ExecSampler(name[len("exec:"):], impl_args)
     if impl_args:
         raise UsageError(f"--impl-arg is only for external impls (exec:PATH), not '{name}'")
     try:
