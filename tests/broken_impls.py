@@ -1,0 +1,104 @@
+"""Deliberately broken samplers: `replay verify` must catch each one (tests/test_verify.py).
+
+Each is the reference (replay_harness/impls/reference.py) with one flaw, built from the reference's own
+pieces (accept_test, residual_logits, gumbel_draw). Flaws:
+
+* ``u-zero``               acceptance uniform fixed at its minimum (u ~ 0): every draft accepted
+* ``residual-from-p``      after a rejection, resample from p instead of the residual max(p - q, 0)
+* ``residual-abs``         resample from |p - q| (the residual not clamped at 0)
+* ``noise-reused``         Gumbel noise keyed without the position (same noise at every position)
+* ``u-shared``             acceptance uniform keyed without the position (one u for all drafts)
+* ``temperature-ignored``  logits not divided by the temperature (filters still applied)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from replay_harness.impls.reference import accept_test, argmax_first, gumbel_draw, \
+    residual_logits
+from replay_harness.rng import ACCEPT_UNIFORM_MIN
+from replay_harness.sampling_params import apply_sampling_params
+from replay_harness.step import ROUTE_CODE, SampleResult, Step, expected_route
+
+FLAWS = ("u-zero", "residual-from-p", "residual-abs", "noise-reused", "u-shared", "temperature-ignored")
+
+
+class BrokenSampler:
+    """The reference with one flaw (see FLAWS)."""
+
+    rng_contract = "mrv2"
+    requires_cuda = False
+    cpu_only = True
+
+    def __init__(self, flaw: str):
+        if flaw not in FLAWS:
+            raise ValueError(flaw)
+        self.flaw = flaw
+        self.name = f"broken:{flaw}"
+        self.description = f"reference with a deliberate flaw: {flaw}"
+
+    def _processed(self, step: Step) -> torch.Tensor:
+        if self.flaw == "temperature-ignored":
+            t = torch.where(step.temperature > 0, torch.ones_like(step.temperature), step.temperature)
+            return apply_sampling_params(dataclasses.replace(step, temperature=t))
+        return apply_sampling_params(step)
+
+    def _draw(self, scores: torch.Tensor, seed: int, pos: int) -> int:
+        return gumbel_draw(scores, seed, 0 if self.flaw == "noise-reused" else pos)
+
+    def _residual(self, target: torch.Tensor, d: int, q: torch.Tensor | None) -> torch.Tensor:
+        if self.flaw == "residual-from-p":
+            return target
+        if self.flaw == "residual-abs":
+            p = torch.softmax(target, 0)
+            qp = torch.zeros_like(p) if q is None else torch.softmax(q, 0)
+            if q is None:
+                qp[d] = 1.0
+            return torch.log((p - qp).abs())
+        return residual_logits(target, d, q)
+
+    def _verify(self, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
+                seed: int, draft_logits: torch.Tensor | None) -> list[int]:
+        k = len(drafts)
+        if temperature == 0.0:
+            out = []
+            for i, d in enumerate(drafts):
+                out.append(argmax_first(logits[i]))
+                if d < 0 or out[-1] != d:
+                    return out
+            return out + [argmax_first(logits[k])]
+        out = []
+        for i, d in enumerate(drafts):
+            if d < 0:
+                return out + [self._draw(logits[i], seed, positions[i])]
+            q = None if draft_logits is None else draft_logits[i].float() / temperature
+            u_pos = positions[0] if self.flaw == "u-shared" else positions[i]
+            log_p, threshold = accept_test(logits[i], d, q, seed, u_pos)
+            if self.flaw == "u-zero":
+                log_q = 0.0 if q is None else q[d] - torch.logsumexp(q, 0)
+                threshold = torch.log(torch.tensor(ACCEPT_UNIFORM_MIN)) + log_q
+            if bool(log_p > threshold):
+                out.append(d)
+                continue
+            return out + [self._draw(self._residual(logits[i], d, q), seed, positions[i])]
+        return out + [self._draw(logits[k], seed, positions[k])]
+
+    def sample(self, step: Step) -> SampleResult:
+        processed = self._processed(step)
+        result = SampleResult.empty(step.num_requests, step.max_drafts)
+        cu = step.cu_num_logits.tolist()
+        d_idx = step.draft_row_index()
+        for r in range(step.num_requests):
+            a, b = cu[r], cu[r + 1]
+            temperature = float(step.temperature[r])
+            dl = step.draft_logits[d_idx[a:b - 1]] if step.draft_logits is not None and b - a > 1 else None
+            tokens = self._verify(processed[a:b], step.draft_token_ids[a:b - 1].tolist(),
+                                  step.positions[a:b].tolist(), temperature, int(step.seed[r]), dl)
+            result.tokens[r, :len(tokens)] = torch.tensor(tokens)
+            result.counts[r] = len(tokens)
+            result.routes[r] = ROUTE_CODE[expected_route(temperature, b - a - 1)]
+        return result
+
+

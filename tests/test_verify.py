@@ -1,0 +1,252 @@
+"""`replay verify`: the statistics are right, the test has power, the command names the failure.
+
+Power tests run the reference and deliberately broken variants (tests/broken_impls.py) on the same
+SYNTHETIC steps with the same trials: the reference must pass, each flaw must be caught at the
+position and by the statistic that its flaw affects.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from broken_impls import FLAWS, BrokenSampler
+from helpers import cli, write_recording
+from replay_harness.impls.reference import ReferenceSampler
+from replay_harness.stat_verify import VerifyReport, chi_square, finalize, parse_steps, request_law, verify_step
+from replay_harness.step import Step
+from replay_harness.synthetic import Case
+
+TRIALS = 300
+V = 12
+
+
+def _step(rows: list[list[float]], ks: list[int], drafts: list[int], temps: list[float],
+          draft_logits: list[list[float]] | None = None, first_id: int = 0) -> Step:
+    """A SYNTHETIC step from explicit probabilities (rows [N, V]); drafts per row, -1 on bonus rows."""
+    r = len(ks)
+    logits = torch.log(torch.tensor(rows, dtype=torch.float32))
+    cu = torch.tensor([0] + list(np.cumsum([k + 1 for k in ks])), dtype=torch.int32)
+    positions = torch.cat([torch.arange(100 * (i + 1), 100 * (i + 1) + k + 1) for i, k in enumerate(ks)])
+    return Step(logits=logits, cu_num_logits=cu, draft_token_ids=torch.tensor(drafts, dtype=torch.int32),
+                positions=positions, temperature=torch.tensor(temps, dtype=torch.float32),
+                top_k=torch.zeros(r, dtype=torch.int32), top_p=torch.ones(r, dtype=torch.float32),
+                min_p=torch.zeros(r, dtype=torch.float32), seed=torch.arange(r, dtype=torch.int64) + 7,
+                request_ids=torch.arange(r, dtype=torch.int64) + first_id,
+                draft_logits=None if draft_logits is None else torch.tensor(draft_logits, dtype=torch.float32))
+
+
+def _row(hot: int, mass: float) -> list[float]:
+    """Probability `mass` on token `hot`, the rest spread unevenly over the other tokens."""
+    rest = np.arange(1, V + 1, dtype=np.float64)
+    rest[hot] = 0
+    row = rest / rest.sum() * (1 - mass)
+    row[hot] = mass
+    return row.tolist()
+
+
+# Step 0, one-hot drafts: request 0 (T=1, k=2) accepts d0 with 0.35 then d1 with 0.8 (u-shared makes the
+# second certain); request 1 (T=0.5, k=1); request 2 plain sample (T=1); request 3 greedy (k=2).
+ONE_HOT = _step(
+    rows=[_row(0, 0.35), _row(1, 0.8), _row(2, 0.3), _row(3, 0.3), _row(4, 0.2), _row(5, 0.25),
+          _row(6, 0.5), _row(6, 0.5), _row(7, 0.5)],
+    ks=[2, 1, 0, 2], drafts=[0, 1, -1, 3, -1, -1, 6, 6, -1], temps=[1.0, 0.5, 1.0, 0.0])
+# Step 1, draft logits (q differs from p): request 0 (T=0.8, k=2), request 1 (T=1, k=1).
+DRAFT_LOGITS = _step(
+    rows=[_row(0, 0.3), _row(1, 0.4), _row(2, 0.3), _row(3, 0.3), _row(4, 0.3)],
+    ks=[2, 1], drafts=[5, 6, -1, 7, -1], temps=[0.8, 1.0], first_id=10,
+    draft_logits=[np.log(_row(5, 0.5)).tolist(), np.log(_row(6, 0.5)).tolist(), np.log(_row(7, 0.6)).tolist()])
+STEPS = [ONE_HOT, DRAFT_LOGITS]
+
+
+def _verify(impl, trials: int = TRIALS, steps=STEPS, twins: bool = True) -> VerifyReport:
+    rep = VerifyReport(impl=impl.name, trials=trials, seed=0, alpha=1e-3)
+    rng = np.random.default_rng(0)
+    for i, s in enumerate(steps):
+        rep.units += verify_step("synthetic", i, s, impl, trials, rng, torch.device("cpu"), twins=twins)
+    return finalize(rep)
+
+
+@pytest.fixture(scope="module")
+def reference_report() -> VerifyReport:
+    return _verify(ReferenceSampler())
+
+
+def test_reference_passes_every_test(reference_report):
+    rep = reference_report
+    assert rep.ok, [c.message for c in rep.failures]
+    kinds = {c.kind for c in rep.checks}
+    assert {"distribution", "acceptance", "independence", "greedy"} <= kinds
+    # every stochastic position that trials reach is tested: step 0 request 0 has positions 0, 1, 2
+    assert {c.position for c in rep.checks if c.step == 0 and c.request == 0 and c.kind == "distribution"} == {0, 1, 2}
+    assert rep.threshold == pytest.approx(1e-3 / rep.num_statistical)
+
+
+# flaw -> (step, request, kind, position) that must fail
+EXPECTED = {
+    "u-zero": (0, 0, "acceptance", 0),
+    "residual-from-p": (0, 0, "distribution", 0),
+    "residual-abs": (1, 0, "distribution", 0),
+    "noise-reused": (0, 2, "independence", None),
+    "u-shared": (0, 0, "acceptance", 1),
+    "temperature-ignored": (0, 1, "distribution", 0),
+}
+
+
+@pytest.mark.parametrize("flaw", FLAWS)
+def test_broken_variant_is_caught_where_it_breaks(flaw, reference_report):
+    rep = _verify(BrokenSampler(flaw))
+    assert not rep.ok
+    failed = {(c.step, c.request, c.kind, c.position) for c in rep.failures}
+    assert EXPECTED[flaw] in failed, [c.message for c in rep.failures]
+    # same steps, same trials, same threshold family: the reference passed exactly these tests
+    assert all(c.p_value is None or c.p_value < rep.threshold for c in rep.failures)
+
+
+def test_reused_noise_has_right_marginals_so_only_twins_can_see_it():
+    rep = _verify(BrokenSampler("noise-reused"), steps=[ONE_HOT], twins=False)
+    assert rep.ok and "independence" not in {c.kind for c in rep.checks}
+
+
+class _Rewired:
+    """The reference fed a rewritten step: a stand-in for impls that mishandle a parameter."""
+
+    def __init__(self, name, rewrite):
+        self.name, self.rewrite, self.cpu_only = name, rewrite, True
+
+    def sample(self, step):
+        return ReferenceSampler().sample(self.rewrite(step))
+
+
+def test_greedy_deviation_and_zero_probability_tokens_fail_exactly():
+    import dataclasses
+
+    step = ONE_HOT.select([2, 3])  # a plain T=1 sample and a greedy k=2 request
+    step.top_k = torch.tensor([3, 0], dtype=torch.int32)
+    assert _verify(ReferenceSampler(), 100, [step]).ok
+    sampled_greedy = _Rewired("greedy-sampled",
+                              lambda s: dataclasses.replace(s, temperature=torch.ones_like(s.temperature)))
+    no_top_k = _Rewired("top-k-ignored", lambda s: dataclasses.replace(s, top_k=torch.zeros_like(s.top_k)))
+    greedy = {(c.request, c.kind) for c in _verify(sampled_greedy, 100, [step]).failures}
+    support = [c for c in _verify(no_top_k, 100, [step]).failures if c.kind == "support"]
+    assert (1, "greedy") in greedy
+    assert support and support[0].request == 0 and "probability 0 after sampling params" in support[0].message
+
+
+def test_laws_follow_the_rejection_sampling_theorem():
+    """Fixed-draft laws averaged over d ~ q give p; acceptance averaged gives sum min(p, q)."""
+    g = torch.Generator().manual_seed(1)
+    target, draft = torch.randn(2, 9, generator=g), torch.randn(1, 9, generator=g)
+    p = torch.softmax(target[0].double(), 0).numpy()
+    q = torch.softmax(draft[0].double() / 0.8, 0).numpy()
+    mix, acc = np.zeros(9), 0.0
+    for d in range(9):
+        law = request_law(target / 1.0, [d], 0.8, draft, sample_drafts=False)
+        mix += q[d] * law.emit[0]
+        acc += q[d] * law.accept[0]
+    assert np.allclose(mix, p, atol=1e-12)
+    assert acc == pytest.approx(np.minimum(p, q).sum())
+    sampled = request_law(target, [3], 0.8, draft, sample_drafts=True)
+    assert sampled.accept[0] == pytest.approx(np.minimum(p, q).sum()) and np.allclose(sampled.emit[0], p)
+    one_hot = request_law(target, [3], 1.0, None)
+    assert one_hot.accept[0] == pytest.approx(p[3]) and np.allclose(one_hot.emit[0], p)
+
+
+def test_collision_probability_matches_simulation():
+    """The twin test's expected coincidence rate is the law's own: check it by drawing outcomes."""
+    target = torch.log(torch.tensor([_row(0, 0.4), _row(1, 0.6), _row(2, 0.3)]))
+    law = request_law(target, [0, 1], 1.0, None)
+    rng = np.random.default_rng(0)
+
+    def outcome():
+        for j in range(2):
+            if rng.random() >= law.accept[j]:
+                return j, int(rng.choice(V, p=law.p[j] * (np.arange(V) != j) / (1 - law.p[j, j])))
+        return 2, int(rng.choice(V, p=law.p[2]))
+
+    hits = np.mean([outcome() == outcome() for _ in range(20000)])
+    assert hits == pytest.approx(law.collision, abs=0.015)
+
+
+def test_chi_square_merges_sparse_bins_and_matches_scipy():
+    from scipy.stats import chisquare
+
+    law = np.array([0.5, 0.3, 0.15, 0.03, 0.02, 0.0])
+    obs = np.repeat(np.arange(6), [50, 28, 16, 4, 2, 0])  # n = 100: bins 3 and 4 expect 3 and 2 -> merged
+    cs = chi_square(obs, law)
+    ref = chisquare([50, 28, 16, 6], [50, 30, 15, 5])
+    assert cs.df == 3 and cs.bins == 4
+    assert cs.statistic == pytest.approx(ref.statistic) and cs.p_value == pytest.approx(ref.pvalue)
+    assert chi_square(np.zeros(3, dtype=np.int64), law) is None  # n = 3: no two bins expect 5
+
+
+def test_chi_square_false_alarm_rate_is_at_most_nominal():
+    """Under the null (exact multinomial draws), p < 0.01 happens in at most about 1% of runs."""
+    rng = np.random.default_rng(5)
+    law = rng.dirichlet(np.ones(40) * 0.3)
+    runs = 3000
+    ps = np.array([chi_square(rng.choice(40, size=300, p=law), law).p_value for _ in range(runs)])
+    assert (ps < 0.01).mean() <= 0.02
+    assert (ps < 0.2).mean() == pytest.approx(0.2, abs=0.04)  # and the test is not degenerate
+
+
+def test_parse_steps():
+    assert parse_steps(None, 3) == [0, 1, 2]
+    assert parse_steps("2,0-1", 5) == [2, 0, 1]
+    for bad in ("x", "7", ",", "1-"):
+        with pytest.raises(ValueError):
+            parse_steps(bad, 5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cli_greedy_only_fails_on_the_founding_recording_and_names_it():
+    rc, out, err = cli("verify", "fixtures/real-founding", "--impl", "greedy-only", "--steps", "0",
+                       "--trials", "200", "--device", "cpu")
+    assert rc == 1, (out, err)
+    line = next(x for x in out.splitlines() if "position 0: distribution test FAILED" in x)
+    assert line.startswith("fixtures/real-founding: step 0, request ")
+    assert "chi2 = " in line and "df = " in line and "p = " in line
+    assert "greedy-only emitted the argmax" in line and "in 100.0% of 200 trials reaching position 0" in line
+    assert out.strip().splitlines()[-1].startswith("FAIL: greedy-only:")
+
+
+def test_cli_reference_passes_on_a_real_recording_json():
+    rc, out, err = cli("verify", "fixtures/real-founding", "--impl", "reference", "--steps", "0",
+                       "--trials", "40", "--device", "cpu", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["ok"] and doc["exit_code"] == 0, (doc["failures"], err)
+    assert doc["statistical_tests"] >= 4 and doc["recordings"][0]["steps"] == [0]
+
+
+def test_cli_guarded_refusals_are_not_a_pass():
+    rc, out, _ = cli("verify", "fixtures/real-founding", "--impl", "guarded", "--steps", "0", "--trials", "4",
+                     "--device", "cpu")
+    assert rc == 1
+    assert "guarded refused the request in 4 of 4 trials: not verifiable" in out
+    assert "2 request(s) refused" in out
+
+
+def test_cli_stochastic_passes_on_a_small_synthetic_recording(tmp_path):
+    rec = write_recording(tmp_path / "rec", Case("verify-tiny", vocab_size=16, num_requests=1, max_drafts=2,
+                                                  steps=1, temperatures=(1.0,), features=frozenset({"no-k0"})))
+    rc, out, err = cli("verify", str(rec), "--impl", "stochastic", "--trials", "60", "--device", "cpu")
+    assert rc == 0, (out, err)
+    assert "PASS: stochastic:" in out and "0 failed" in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["fixtures/no-such-recording"], "no such file"),
+    (["fixtures/real-founding", "--steps", "9"], "step 9 does not exist"),
+    (["fixtures/real-founding", "--trials", "1"], "--trials must be at least 2"),
+    (["fixtures/real-founding", "--alpha", "2"], "--alpha must lie in (0, 1)"),
+    (["--impl", "no-such-impl"], "unknown impl"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
+    rc, out, err = cli("verify", *args)
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (rc, out, err)
