@@ -38,7 +38,14 @@ def run(
     impl: str = typer.Option("reference", "--impl", help="Sampler implementation to replay through "
                                                            "(`replay impls` lists them)."),
     against: str = typer.Option("recorded", "--against", help="What to compare with: 'recorded' (what the "
-                                                                "engine emitted) or another impl's name."),
+                                                                "engine emitted) or another impl's name "
+                                                                "(exec:PROGRAM too)."),
+    impl_arg: Optional[List[str]] = typer.Option(None, "--impl-arg", help="Argument for an external impl "
+                                                 "(exec:PROGRAM), repeatable; goes to --impl if it is exec:, "
+                                                 "else to --against (docs/EXTERNAL.md)."),
+    impl_timeout: Optional[float] = typer.Option(None, "--impl-timeout", help="Seconds an external impl may "
+                                                 "take to answer one step (default 60); past it the program "
+                                                 "is killed and replay exits 3."),
     device: str = DEVICE_OPT,
     nan: str = NAN_OPT,
     as_json: bool = JSON_OPT,
@@ -49,25 +56,47 @@ def run(
     token divergence, a routing violation or a refused request, 2 on bad input, 3 when the impl cannot
     run here.
 
+    An external program (any language) is an impl too: --impl exec:./my_sampler (docs/EXTERNAL.md);
+    exit 3 when it crashes, hangs past --impl-timeout or answers garbage.
+
     Example: replay run fixtures/synthetic-mixed --impl greedy-only --against reference
     """
+    from contextlib import ExitStack
+
+    from .errors import UsageError
     from .fixture import Recording
     from .runner import load_impl, resolve_device, run_recording
 
     if nan not in ("error", "warn"):
         raise typer.BadParameter("--nan takes error or warn")
+    if impl_timeout is not None and not impl_timeout > 0:
+        raise UsageError(f"--impl-timeout must be > 0 seconds, got {impl_timeout:g}")
+    exec_impl, exec_against = impl.startswith("exec:"), against.startswith("exec:")
+    if impl_timeout is not None and not (exec_impl or exec_against):
+        raise UsageError("--impl-timeout is only for external impls (--impl or --against exec:PROGRAM)")
+    args_for_against = bool(impl_arg) and exec_against and not exec_impl
     dev = resolve_device(device)
     recs = [Recording(p, nan=nan) for p in paths]
-    sampler = load_impl(impl, dev)
-    other = against if against == "recorded" else load_impl(against, dev)
     results = []
-    with _progress(sum(len(r) for r in recs), f"replay {impl}") as bar:
-        task = bar.add_task("steps", total=sum(len(r) for r in recs))
-        for rec in recs:
-            results.append((rec, run_recording(rec, sampler, other, dev, on_step=lambda: bar.advance(task))))
+    with ExitStack() as stack:  # external programs are stopped at the end, also on errors
+        sampler = load_impl(impl, dev, None if args_for_against else impl_arg)
+        stack.callback(getattr(sampler, "close", lambda: None))
+        other = against if against == "recorded" else load_impl(against, dev, impl_arg if args_for_against else None)
+        stack.callback(getattr(other, "close", lambda: None))
+        for s in (sampler, other):
+            if impl_timeout is not None and hasattr(s, "timeout"):
+                s.timeout = impl_timeout
+        with _progress(sum(len(r) for r in recs), f"replay {impl}") as bar:
+            task = bar.add_task("steps", total=sum(len(r) for r in recs))
+            for path, rec in zip(paths, recs):
+                for s in (sampler, other):
+                    if hasattr(s, "begin_recording"):
+                        s.begin_recording(path)
+                results.append((rec, run_recording(rec, sampler, other, dev, on_step=lambda: bar.advance(task))))
     ok = all(c.ok for _, c in results)
     if as_json:
-        doc = {"impl": impl, "against": against, "ok": ok, "exit_code": EXIT_OK if ok else EXIT_MISMATCH,
+        doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": ok,
+               "exit_code": EXIT_OK if ok else EXIT_MISMATCH,
                "recordings": [{"path": p, "synthetic": r.synthetic, **c.to_dict()}
                               for p, (r, c) in zip(paths, results)]}
         out.print_json(json.dumps(doc, sort_keys=True)) if out.is_terminal else print(json.dumps(doc, indent=2, sort_keys=True))
@@ -160,22 +189,13 @@ def validate(path: str = typer.Argument(..., help="A recording folder."), nan: s
 
     Exit 0 when valid (warnings allowed), 2 when any violation is found.
     """
-    from .errors import InputError
     from .fixture import Recording
-    from .validate import check_step
+    from .validate import check_recording
 
+    if nan not in ("error", "warn"):
+        raise typer.BadParameter("--nan takes error or warn")
     rec = Recording(path, nan=nan)
-    problems: list[InputError] = []
-    for i in range(len(rec)):
-        try:
-            tensors, _ = rec.read_tensors(i)
-        except InputError as e:
-            problems.append(e)
-            continue
-        problems.extend(check_step(tensors, rec.vocab_size, file=rec.files[i], step=i, nan=nan))
-    if not rec.manifest.get("complete", False):
-        problems.append(InputError(rec.path / "manifest.json", f"recording did not close cleanly; "
-                                   f"{len(rec)} finished steps are readable", field="complete", warning=True))
+    problems = check_recording(rec, nan=nan)
     errors = [p for p in problems if not p.warning]
     if as_json:
         print(json.dumps({"path": path, "valid": not errors, "steps": len(rec),
@@ -212,15 +232,22 @@ def impls(as_json: bool = JSON_OPT) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], str(r["rng_contract"]), str(r["requires_cuda"]), r["description"])
+    table.caption = "and exec:PROGRAM [--impl-arg ARG ...]: an external sampler process (docs/EXTERNAL.md)"
     out.print(table)
 
 
 from .record_cli import record  # noqa: E402  (imports no torch or transformers at start-up)
 
 app.command()(record)
-# -- bench (issue 5)
-# -- verify (issue 6)
-# -- audit (issue 6)
+from .bench_cli import bench, synth  # noqa: E402
+
+app.command()(bench)
+app.command()(synth)
+from .verify_cli import verify  # noqa: E402
+
+app.command()(verify)
+from .audit_cli import audit  # noqa: E402
+app.command()(audit)
 
 
 def main() -> None:

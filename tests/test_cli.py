@@ -1,11 +1,10 @@
 """`replay run / inspect / validate / impls` end to end on SYNTHETIC recordings."""
 import json
-import sys
 import types
 
 import pytest
 
-from helpers import cli, write_recording
+from helpers import cli
 from replay_harness import impls as registry
 from replay_harness.errors import UsageError
 from replay_harness.synthetic import CASES, write_case

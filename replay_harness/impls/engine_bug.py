@@ -7,8 +7,17 @@ sampled correctly (as the engine's plain sampler does).
 
 guarded: greedy verify for temperature-0 requests; a temperature > 0 request
 under speculative decoding is refused by name (route ``refused``, no tokens).
+
+greedy-only has two paths with the same routes and tokens: ``sample`` on CPU tensors is the
+readable torch oracle (the runner gives it CPU tensors, ``cpu_only``); ``prepare`` / ``launch``
+(and ``sample`` on a CUDA step) run what the buggy engine runs on a GPU: the ``stochastic``
+Triton kernels on a copy of the step whose drafted requests have temperature 0, so every drafted
+request takes the kernels' greedy-verify branch and plain requests are sampled as recorded.
+``replay bench`` times that path.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -40,6 +49,16 @@ def _put(result: SampleResult, r: int, tokens: list[int], route: str) -> None:
     result.routes[r] = ROUTE_CODE[route]
 
 
+def drafted_greedy(step: Step) -> Step:
+    """A copy of ``step`` whose requests with drafts (k > 0) have temperature 0 (the engine bug's routing).
+
+    Tensors stay on the step's device; the logits are shared, not copied.
+    """
+    k = step.num_drafts.to(step.temperature.device)
+    temp = torch.where(k > 0, torch.zeros_like(step.temperature), step.temperature)
+    return dataclasses.replace(step, temperature=temp)
+
+
 class GreedyOnlySampler:
     name = "greedy-only"
     description = "reproduces the engine bug: every speculative step verified greedily, whatever the temperature"
@@ -47,7 +66,33 @@ class GreedyOnlySampler:
     requires_cuda = False
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
+    def __init__(self) -> None:
+        self._kernels = None
+
+    def _stochastic(self):
+        if self._kernels is None:
+            from replay_kernels.verify import StochasticSampler  # Triton: imported only when used
+
+            self._kernels = StochasticSampler()
+        return self._kernels
+
+    def prepare(self, step: Step):
+        """Kernel path, host work: ``StochasticSampler.prepare`` of :func:`drafted_greedy` (step)."""
+        return self._stochastic().prepare(drafted_greedy(step))
+
+    def launch(self, state) -> tuple[torch.Tensor, torch.Tensor]:
+        """Kernel path, device work only (graph-capturable): tokens [R, max_k+1] int64, counts [R] int32."""
+        return self._stochastic().launch(state)
+
+    def sample_kernels(self, step: Step) -> SampleResult:
+        """The kernel path as a SampleResult (routes: greedy-verify for drafted requests, else as expected)."""
+        state = self.prepare(step)
+        tokens, counts = self.launch(state)
+        return SampleResult(tokens=tokens.cpu(), counts=counts.cpu(), routes=state.routes.clone())
+
     def sample(self, step: Step) -> SampleResult:
+        if step.logits.device.type == "cuda":
+            return self.sample_kernels(step)
         result = _plain_samples(step)  # plain samples (k = 0) are right in the engine
         for r in torch.nonzero(step.num_drafts > 0).flatten().tolist():
             _put(result, r, _greedy_walk(step, r), "greedy-verify")

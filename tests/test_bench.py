@@ -1,0 +1,325 @@
+"""`replay bench` / `replay synth`: overrides, the greedy-only kernel path, timing helpers, kernel counting,
+the coverage guard (exit 4), report formats, derived steps. CPU only (Triton interpreter), SYNTHETIC data."""
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from helpers import cli, write_recording
+from replay_harness.bench import (Side, SideCoverage, bootstrap_ratio, floor_bytes, judge, rotation_count, run_bench,
+                                  short_kernel_name, split_by_route, triton_launches)
+from replay_harness.derive import derive_steps, resize_rows
+from replay_harness.errors import EXIT_INCONCLUSIVE, UsageError
+from replay_harness.fixture import Recording
+from replay_harness.impls import get_impl
+from replay_harness.impls.engine_bug import GreedyOnlySampler, drafted_greedy
+from replay_harness.overrides import Overrides, apply_overrides
+from replay_harness.synthetic import Case, random_step
+
+CPU = torch.device("cpu")
+TINY = Case("tiny-founding", vocab_size=64, num_requests=3, max_drafts=2, steps=2, temperatures=(1.0,),
+            features=frozenset({"no-k0", "peaked"}))
+TINY_GREEDY = Case("tiny-greedy", vocab_size=64, num_requests=3, max_drafts=2, steps=2, temperatures=(0.0,),
+                   features=frozenset({"no-k0"}))
+MIXED = Case("small-mixed", vocab_size=97, num_requests=6, max_drafts=3, temperatures=(0.0, 0.7, 1.0),
+             features=frozenset({"ragged", "ties", "placeholders", "top-k", "min-p"}))
+
+
+@pytest.fixture(scope="module")
+def founding(tmp_path_factory):
+    return write_recording(tmp_path_factory.mktemp("b") / "tiny-founding", TINY)
+
+
+@pytest.fixture(scope="module")
+def greedy(tmp_path_factory):
+    return write_recording(tmp_path_factory.mktemp("b") / "tiny-greedy", TINY_GREEDY)
+
+
+def _sides(a, b=None, ov_a=Overrides(), ov_b=None):
+    sides = [Side("A", a, get_impl(a), ov_a)]
+    if b is not None:
+        sides.append(Side("B", b, get_impl(b), ov_b if ov_b is not None else ov_a))
+    return sides
+
+
+# -- overrides ---------------------------------------------------------------
+
+
+def test_overrides_set_parameters_and_drop_drafts():
+    step = random_step(torch.Generator().manual_seed(1), MIXED)
+    out = apply_overrides(step, Overrides(temperature=0.0, top_p=0.5, top_k=7))
+    assert torch.equal(out.temperature, torch.zeros(6)) and torch.equal(out.top_p, torch.full((6,), 0.5))
+    assert torch.equal(out.top_k, torch.full((6,), 7, dtype=torch.int32)) and out.logits is step.logits
+    assert torch.equal(step.top_p, random_step(torch.Generator().manual_seed(1), MIXED).top_p)  # input untouched
+    plain = apply_overrides(step, Overrides(drop_drafts=True))
+    first = step.cu_num_logits[:-1].long()
+    assert plain.logits.shape == (6, 97) and torch.equal(plain.logits, step.logits[first])
+    assert plain.cu_num_logits.tolist() == list(range(7)) and plain.max_drafts == 0
+    assert plain.draft_token_ids.tolist() == [-1] * 6 and torch.equal(plain.positions, step.positions[first])
+    assert plain.expected_routes() == ["greedy-sample" if t == 0 else "random-sample"
+                                       for t in step.temperature.tolist()]
+    assert Overrides(temperature=0.0, drop_drafts=True).label() == "T=0,drop-drafts"
+    for bad in (dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-2)):
+        with pytest.raises(UsageError):
+            Overrides(**bad)
+
+
+# -- greedy-only on the kernels ----------------------------------------------
+
+
+def test_greedy_only_kernel_path_matches_the_cpu_oracle():
+    gen = torch.Generator().manual_seed(3)
+    bug = GreedyOnlySampler()
+    for i in range(2):
+        step = random_step(gen, MIXED, i)
+        mod = drafted_greedy(step)
+        drafted = step.num_drafts > 0
+        assert torch.equal(mod.temperature[drafted], torch.zeros(int(drafted.sum())))
+        assert torch.equal(mod.temperature[~drafted], step.temperature[~drafted])
+        oracle, kernels = bug.sample(step), bug.sample_kernels(step)
+        assert oracle.route_names() == kernels.route_names()
+        assert "greedy-verify" in oracle.route_names() and "random-sample" in oracle.route_names()
+        assert torch.equal(oracle.counts, kernels.counts) and torch.equal(oracle.tokens, kernels.tokens)
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def test_rotation_floor_bytes_and_split():
+    assert rotation_count(10 << 20, 50 << 20, warm_l2=False) == 10  # 2 x 50 MiB / 10 MiB
+    assert rotation_count(1 << 30, 50 << 20, warm_l2=False) == 2  # always at least 2 ...
+    assert rotation_count(3 << 30, 50 << 20, warm_l2=False) == 1  # ... unless memory forbids
+    assert rotation_count(1 << 10, 50 << 20, warm_l2=False) == 256  # capped
+    assert rotation_count(10 << 20, 50 << 20, warm_l2=True) == 1
+    step = random_step(torch.Generator().manual_seed(1), MIXED)
+    ks, row = step.num_drafts.tolist(), 97 * 4
+    routes = step.expected_routes()
+    assert floor_bytes(step, routes) == sum(k + 1 for k in ks) * row
+    refused = ["refused"] + routes[1:]
+    assert floor_bytes(step, refused) == (sum(k + 1 for k in ks) - ks[0] - 1) * row
+    parts = split_by_route(step)
+    assert sum(s.num_requests for _, s in parts) == 6
+    for route, sub in parts:
+        assert set(sub.expected_routes()) == {route}
+
+
+def test_bootstrap_ratio():
+    point, lo, hi = bootstrap_ratio([([2.0] * 5, [1.0] * 5), ([4.0] * 5, [2.0] * 5)], resamples=500)
+    assert (point, lo, hi) == (2.0, 2.0, 2.0)
+    rng = torch.Generator().manual_seed(0)
+    pairs = [((3.0 + torch.rand(20, generator=rng)).tolist(), (1.0 + torch.rand(20, generator=rng)).tolist())
+             for _ in range(4)]
+    point, lo, hi = bootstrap_ratio(pairs, resamples=1000)
+    assert lo < point < hi and 2.0 < lo and hi < 3.5
+
+
+def test_triton_launch_counter_counts_and_restores():
+    from triton.runtime.interpreter import InterpretedFunction
+    from replay_kernels.verify import StochasticSampler
+
+    before = InterpretedFunction.run
+    step = random_step(torch.Generator().manual_seed(5), TINY)
+    impl = StochasticSampler()
+    state = impl.prepare(step)
+    with triton_launches() as counts:
+        impl.launch(state)
+        impl.launch(state)
+    assert InterpretedFunction.run is before
+    assert counts == Counter({"_stats_kernel": 2, "_walk_kernel": 2, "_draw_block_kernel": 2,
+                              "_draw_reduce_kernel": 2})
+    # CUDA profiler names are shortened the same way for Triton and torch kernels
+    assert short_kernel_name("_walk_kernel") == "_walk_kernel"
+    assert short_kernel_name("void at::native::(anonymous namespace)::fill_kernel<long, 4>(int, long*)") == \
+        "fill_kernel"
+
+
+# -- the coverage guard ------------------------------------------------------
+
+
+def _cov(**routes) -> SideCoverage:
+    c = SideCoverage()
+    for k, v in routes.items():
+        c.requests_by_route[k.replace("_", "-")] = v
+        c.requests += v
+    c.kernels = Counter({"k": 1})
+    return c
+
+
+class _M:  # a stand-in measurement (judge only reads clock/timed/device_busy)
+    clock, timed, device_busy = "cpu-wall", "launch", None
+
+
+def test_judge_rules():
+    sides = _sides("greedy-only", "stochastic")
+    ok = judge(sides, {"A": _cov(greedy_verify=3), "B": _cov(stochastic_verify=3)}, [_M()], [], CPU)
+    assert ok.conclusive and not ok.reasons
+    none = judge(sides, {"A": _cov(greedy_verify=3), "B": _cov(greedy_verify=3)}, [_M()], [], CPU)
+    assert not none.conclusive and "no request went down a stochastic route" in none.reasons[0]
+    # naming the path under test replaces the default check; A:ROUTE applies to A only
+    named = judge(sides, {"A": _cov(greedy_verify=3), "B": _cov(greedy_verify=3)}, [_M()],
+                  [(None, "greedy-verify")], CPU)
+    assert named.conclusive
+    missing = judge(sides, {"A": _cov(greedy_verify=3), "B": _cov(stochastic_verify=3)}, [_M()],
+                    [("A", "stochastic-verify")], CPU)
+    assert not missing.conclusive and "greedy-only sent no request down stochastic-verify" in missing.reasons[0]
+    assert judge(sides, {"A": _cov(greedy_verify=3), "B": _cov(stochastic_verify=3)}, [_M()],
+                 [("B", "stochastic-verify")], CPU).conclusive
+    refused = judge(_sides("serial-scan", "gumbel-max"), {"A": _cov(refused=3), "B": _cov(random_sample=3)},
+                    [_M()], [], CPU)
+    assert not refused.conclusive and "refused every request" in refused.reasons[0] and "--drop-drafts" in \
+        refused.reasons[0]
+    same = judge(_sides("stochastic", "stochastic"), {"A": _cov(random_sample=2), "B": _cov(random_sample=2)},
+                 [_M()], [], CPU)
+    assert not same.conclusive and "same impl" in same.reasons[0]
+    assert not judge(sides, {"A": _cov(), "B": _cov()}, [], [], CPU).conclusive  # nothing measured
+
+
+def test_bench_founding_greedy_only_vs_stochastic_counts_routes_and_kernels(founding):
+    rec = Recording(founding)
+    res = run_bench([rec], _sides("greedy-only", "stochastic"), CPU, repeats=2, warmup=0, resamples=200)
+    a, b = res.coverage["A"], res.coverage["B"]
+    n = sum(r.step.num_requests for r in rec)
+    assert a.requests_by_route == Counter({"greedy-verify": n}) and b.requests_by_route == \
+        Counter({"stochastic-verify": n})
+    assert a.violations == Counter({"stochastic-verify -> greedy-verify": n}) and not b.violations
+    assert a.kernels["_walk_kernel"] == len(rec) and b.kernels["_stats_kernel"] == len(rec)
+    assert res.verdict.conclusive and res.ratio is not None and res.ratio.lo <= res.ratio.point <= res.ratio.hi
+    assert len(res.measurements) == 2 * len(rec) and all(len(m.times_us) == 2 for m in res.measurements)
+    assert {m.clock for m in res.measurements} == {"cpu-wall"} and res.env["clock"] == "cpu-wall"
+    assert any("interpreter" in note for note in res.verdict.notes)
+    assert sum(m.tokens for m in res.measurements if m.side == "A") == \
+        sum(int(GreedyOnlySampler().sample(r.step).counts.sum()) for r in rec)
+
+
+def test_bench_cheap_check_temperature_0_vs_1_without_drafts(founding):
+    sides = _sides("gumbel-max", "gumbel-max", Overrides(temperature=0.0, drop_drafts=True),
+                   Overrides(temperature=1.0, drop_drafts=True))
+    res = run_bench([Recording(founding)], sides, CPU, repeats=1, warmup=0, resamples=200, split_routes=True)
+    assert set(res.coverage["A"].requests_by_route) == {"greedy-sample"}
+    assert set(res.coverage["B"].requests_by_route) == {"random-sample"}
+    assert res.verdict.conclusive and {m.label for m in res.measurements} == \
+        {"gumbel-max[T=0,drop-drafts]", "gumbel-max[T=1,drop-drafts]"}
+
+
+# -- the command line: exit 4, report formats ---------------------------------
+
+
+def test_cli_exit_4_when_the_path_under_test_never_ran(greedy):
+    code, out, err = cli("bench", str(greedy), "--impl", "greedy-only", "--vs", "stochastic", "--device", "cpu",
+                         "--repeats", "1", "--warmup", "0")
+    assert code == EXIT_INCONCLUSIVE == 4, err
+    assert "INCONCLUSIVE" in out and "not 'no difference'" in out
+    assert "no request went down a stochastic route" in out and "greedy-verify 6" in out
+
+
+def test_cli_report_formats(founding, tmp_path):
+    j, c, p = tmp_path / "b.json", tmp_path / "b.csv", tmp_path / "b.png"
+    code, out, err = cli("bench", str(founding), "--impl", "serial-scan", "--vs", "gumbel-max", "--drop-drafts",
+                         "--device", "cpu", "--repeats", "2", "--warmup", "0", "--json", "--json-file", str(j),
+                         "--csv", str(c), "--png", str(p))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc == json.loads(j.read_text())
+    assert doc["exit_code"] == 0 and doc["verdict"]["conclusive"] and doc["env"]["clock"] == "cpu-wall"
+    assert {s["impl"] for s in doc["sides"]} == {"serial-scan", "gumbel-max"}
+    assert doc["coverage"]["A"]["kernels"]["_serial_scan_kernel"] == 2
+    assert "_serial_scan_kernel" not in doc["coverage"]["B"]["kernels"]
+    assert doc["ratio"]["lo"] <= doc["ratio"]["point"] <= doc["ratio"]["hi"]
+    rows = list(csv.DictReader(c.open()))
+    assert len(rows) == 4 and {r["side"] for r in rows} == {"A", "B"}
+    assert all(r["clock"] == "cpu-wall" and r["gpu"] == "cpu" and r["overrides"] == "drop-drafts"
+               and r["route_mix"] == "random-sample" and float(r["median_us"]) > 0 for r in rows)
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    p2 = tmp_path / "again.png"
+    code, out, err = cli("bench", "--plot-from", str(c), "--png", str(p2))
+    assert code == 0 and p2.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = cli("bench", "--plot-from", str(j), "--png", str(p2))  # not a CSV
+    assert code == 2 and "not a `replay bench` CSV" in err
+
+
+def test_cli_usage_errors(founding):
+    code, _, err = cli("bench", str(founding), "--impl", "stochastic", "--expect-route", "C:nowhere")
+    assert code == 2 and "--expect-route" in err
+    code, _, err = cli("bench", str(founding), "--impl", "stochastic", "--top-p", "0")
+    assert code == 2 and "--top-p" in err
+
+
+# -- derived steps -------------------------------------------------------------
+
+
+def test_resize_rows_keeps_head_probabilities_and_tail_mass():
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(4, 200, generator=gen) * 3
+    rows[:, 7] += 12.0
+    rows[1, 50:80] = float("-inf")
+    big, ids = resize_rows(rows, 1000, gen)
+    assert ids is None and big.shape == (4, 1000) and torch.equal(big.argmax(1), rows.argmax(1))
+    p, q = torch.softmax(rows, 1), torch.softmax(big, 1)
+    top = p.topk(64, dim=1)
+    assert torch.allclose(q.gather(1, top.indices), top.values, rtol=1e-4, atol=1e-7)
+    assert torch.isinf(big[1]).sum() > 30  # -inf entries are resampled in proportion
+    small, ids = resize_rows(rows, 100, gen)
+    assert small.shape == (4, 100) and len(ids) == 4
+    assert all(int(ids[j][small[j].argmax()]) == int(rows[j].argmax()) for j in range(4))
+
+
+def test_derive_steps_and_synth_cli(founding, tmp_path):
+    src = Recording(founding)
+    steps = list(derive_steps(src, batch=5, drafts=2, vocab=300, steps=2, seed=1))
+    for step, info in steps:
+        assert step.logits.shape == (15, 300) and step.num_requests == 5 and step.max_drafts == 2
+        assert step.draft_token_ids[2::3].tolist() == [-1] * 5 and int(step.draft_token_ids.max()) < 300
+        assert step.expected_routes() == ["stochastic-verify"] * 5
+    with pytest.raises(UsageError):
+        next(derive_steps(src, batch=1, drafts=0, vocab=300_000))
+    out = tmp_path / "derived"
+    code, text, err = cli("synth", str(founding), "--out", str(out), "--batch", "3", "--drafts", "0",
+                          "--vocab", "128", "--steps", "1")
+    assert code == 0 and "derived/synthetic" in text, err
+    rec = Recording(out)
+    assert rec.synthetic and rec.manifest["derived"]["kind"] == "derived/synthetic"
+    assert rec.manifest["derived"]["from"] == str(founding) and rec.vocab_size == 128 and len(rec) == 1
+    assert rec[0].step.logits.shape == (3, 128) and int(rec[0].emitted.counts.sum()) == 0
+
+
+# -- external impls: not observable, self-reported time shown beside the harness's --------------
+
+EXTERNAL = r'''
+import json, sys
+from safetensors.torch import load_file
+print(json.dumps({"protocol": "replay.exec/1", "name": "argmax-ext", "rng_contract": "none"}), flush=True)
+for line in sys.stdin:
+    t = load_file(line.strip())
+    cu, logits = t["cu_num_logits"].tolist(), t["logits"].float()
+    r = len(cu) - 1
+    width = max(cu[i + 1] - cu[i] for i in range(r))
+    toks = [[int(logits[cu[i]].argmax())] + [-1] * (width - 1) for i in range(r)]
+    print(json.dumps({"tokens": toks, "counts": [1] * r, "routes": ["random-sample"] * r, "kernel_us": 12.5}),
+          flush=True)
+'''
+
+
+def test_bench_external_impl_is_not_observable_and_self_reports(founding, tmp_path):
+    import sys
+
+    script = tmp_path / "ext.py"
+    script.write_text(EXTERNAL)
+    name = f"exec:{sys.executable} {script}"
+    ext = get_impl(name)
+    try:
+        sides = [Side("A", name, ext, Overrides(drop_drafts=True)),
+                 Side("B", "gumbel-max", get_impl("gumbel-max"), Overrides(drop_drafts=True))]
+        res = run_bench([Recording(founding)], sides, CPU, repeats=2, warmup=0, resamples=200)
+    finally:
+        ext.close()
+    a = res.coverage["A"]
+    assert a.kernels is None and "not observable" in a.kernel_source
+    assert any("not observable" in n for n in res.verdict.notes)
+    ma = [m for m in res.measurements if m.side == "A"]
+    assert ma and all(m.self_reported_us == 12.5 and m.timed == "sample" for m in ma)
+    assert all(m.median_us > 12.5 for m in ma)  # the harness's own wall-clock includes the pipe round trip
+    assert "never self-reported" in res.ratio.uses
