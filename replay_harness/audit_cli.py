@@ -23,7 +23,8 @@ def _ids(ids: list[int], limit: int = 12) -> str:
 def audit(
     paths: List[str] = typer.Argument(..., help="Recording folders (each holds manifest.json and steps/)."),
     threshold: float = typer.Option(1e-6, "--threshold", help="p-value below which a statistical test is a "
-                                    "finding (family-wise; docs/AUDIT.md)."),
+                                    "finding (per test; the family of 10 + 5 x requests tests has a false-alarm "
+                                    "rate of at most that many times it: docs/AUDIT.md)."),
     note: float = typer.Option(1e-3, "--note", help="p-value below which a test is listed as a note "
                                "(suspicious, not a finding)."),
     all_tests: bool = typer.Option(False, "--all-tests", help="Show the per-request tests in the table too."),

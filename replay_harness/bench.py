@@ -48,6 +48,7 @@ ROTATION_CAP_BYTES = 4 << 30
 DEFAULT_L2_BYTES = 50 << 20  # used when torch does not report the L2 size
 SLEEP_CLOCK_HZ = 2.0e9  # cycles per second assumed for torch.cuda._sleep (too long a sleep is harmless)
 MAX_SLEEP_S = 0.5
+MIN_CI_STEPS = 5  # fewer (sub-)steps than this: the ratio's CI comes with a caveat
 
 
 # ---------------------------------------------------------------------------
@@ -166,6 +167,8 @@ class Ratio:
     confidence: float
     resamples: int
     pairs: int
+    calls: int = 0  # fewest timed calls per (sub-)step and impl behind the ratio
+    caveat: str = ""  # non-empty when the CI rests on too few steps to carry the step-to-step variation
     statistic: str = ("sum over (sub-)steps of A's median time / the same for B; CI: percentile bootstrap "
                       "resampling steps (paired) and, within each, the timed calls")
     uses: str = "harness time (CUDA events or wall-clock), not self-reported time"
@@ -343,7 +346,7 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> tuple[Counter 
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    kernels: Counter | None = None
+    kernels: Counter | None = None  # None: the profiler failed
     why = ""
     with triton_launches() as launches:
         try:
@@ -358,11 +361,25 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> tuple[Counter 
             why = f"{type(e).__name__}: {e}"
             fn()
             torch.cuda.synchronize()
-    if kernels:
-        return kernels, "CUDA profiler (CUPTI) device kernel events", launches
-    if launches is not None:
+    return pick_kernel_counts(kernels, launches, why)
+
+
+def pick_kernel_counts(profiled: Counter | None, launches: Counter | None,
+                       why: str = "") -> tuple[Counter | None, str, Counter | None]:
+    """Which count to trust on CUDA: the profiler's device kernels when it saw some; the Triton launcher's
+    counts when the profiler failed (``profiled`` None) or saw nothing while Triton launched (CUPTI
+    silently off); an EMPTY profiler count when the profiler ran and neither saw a launch, so the guard's
+    "launched no kernel" rule fires (an empty Counter must not fall through to "host side" counts)."""
+    if profiled:
+        return profiled, "CUDA profiler (CUPTI) device kernel events", launches
+    if launches:
         return launches, "Triton launcher (host side; the CUDA profiler recorded no kernel" + \
             (f": {why})" if why else ")"), launches
+    if profiled is not None:
+        return Counter(), "CUDA profiler (CUPTI) device kernel events (none recorded; no Triton launch either)", \
+            launches
+    if launches is not None:
+        return launches, f"Triton launcher (host side; the CUDA profiler failed: {why})", launches
     return None, "not observable" + (f" ({why})" if why else ""), None
 
 
@@ -373,9 +390,14 @@ def count_kernels(fn: Callable[[], Any], device: torch.device) -> tuple[Counter 
 
 def _callables(side: Side, step: Step, copies: int) -> tuple[list[Callable[[], Any]], list]:
     """``copies`` zero-argument calls of what is timed (each on its own copy of the inputs), and a list
-    that ``sample`` calls append their results' self_reported_us to."""
+    that ``sample`` calls append their results' self_reported_us to.
+
+    Every copy is a fresh clone, never ``step``'s own tensors: A's and B's steps often share the recorded
+    logits (overrides change parameters only), so a shared copy would let the second side of a round read
+    what the first just pulled into L2.
+    """
     reported: list = []
-    steps = [step] + [_copy_inputs(step) for _ in range(copies - 1)]
+    steps = [_copy_inputs(step) for _ in range(copies)]
     if side.timed_call == "launch":
         states = [side.impl.prepare(s) for s in steps]
         return [(lambda st=st: side.impl.launch(st)) for st in states], reported
@@ -388,27 +410,56 @@ def _callables(side: Side, step: Step, copies: int) -> tuple[list[Callable[[], A
     return [(lambda s=s: call(s)) for s in steps], reported
 
 
+def _rotating(fns: list[Callable[[], Any]]) -> Callable[[], Any]:
+    """One call that runs the next copy's callable each time (copy 0, 1, ..., wrapping): untimed and
+    timed calls share one cursor, so a timed call never re-reads the copy a warm-up call just read."""
+    cursor = [0]
+
+    def call():
+        fn = fns[cursor[0] % len(fns)]
+        cursor[0] += 1
+        return fn()
+
+    return call
+
+
+def flush_l2(device: torch.device, nbytes: int) -> None:
+    """Evict the L2 cache by writing ``nbytes`` (2 x L2) of scratch; no-op off CUDA or for nbytes <= 0.
+
+    Cloning the rotating copies writes them, so without this the copies made last (all of them when
+    they fit in L2 together, as for one-row steps at the 256-copy cap) would start the timing warm.
+    """
+    if device.type != "cuda" or nbytes <= 0:
+        return
+    torch.empty(int(nbytes), dtype=torch.uint8, device=device).zero_()
+
+
 def time_calls(calls: dict[str, list[Callable[[], Any]]], clocks: dict[str, str], repeats: int,
-               warmup: int) -> tuple[dict[str, list[float]], dict[str, float | None]]:
-    """Time every side's calls, interleaved: round i calls each side once (order alternating), on copy
-    i mod len(calls[side]). Returns (µs per call per side, device-busy fraction per side or None)."""
+               warmup: int, flush: Callable[[], None] | None = None
+               ) -> tuple[dict[str, list[float]], dict[str, float | None]]:
+    """Time every side's calls, interleaved: round i calls each side once (order alternating); every call
+    (warm-up or timed) moves that side to its next input copy. ``flush`` (evict L2) runs after the
+    untimed calls, before the timed ones. Returns (µs per call per side, device-busy fraction or None)."""
     keys = list(calls)
+    calls = {k: [_rotating(v)] for k, v in calls.items()}
     for key in keys:
         for i in range(warmup):
-            calls[key][i % len(calls[key])]()
+            calls[key][0]()
     times: dict[str, list[float]] = {k: [] for k in keys}
     busy: dict[str, float | None] = {k: None for k in keys}
     ev_keys = [k for k in keys if clocks[k] == "cuda-events"]
     wall_keys = [k for k in keys if clocks[k] != "cuda-events"]
     if ev_keys:
-        times_ev, busy_ev = _time_cuda({k: calls[k] for k in ev_keys}, repeats)
+        times_ev, busy_ev = _time_cuda({k: calls[k] for k in ev_keys}, repeats, flush)
         times.update(times_ev)
         busy.update(busy_ev)
     if wall_keys:
         cuda_sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        if flush is not None and not ev_keys:
+            flush()
         for rep in range(repeats):
             for key in (wall_keys if rep % 2 == 0 else wall_keys[::-1]):
-                fn = calls[key][rep % len(calls[key])]
+                fn = calls[key][0]
                 cuda_sync()
                 t0 = time.perf_counter()
                 fn()
@@ -417,7 +468,7 @@ def time_calls(calls: dict[str, list[Callable[[], Any]]], clocks: dict[str, str]
     return times, busy
 
 
-def _time_cuda(calls: dict[str, list[Callable[[], Any]]], repeats: int):
+def _time_cuda(calls: dict[str, list[Callable[[], Any]]], repeats: int, flush: Callable[[], None] | None = None):
     """CUDA events around each call; a sleep kernel first so the host enqueues ahead of the device."""
     keys = list(calls)
     torch.cuda.synchronize()
@@ -425,6 +476,8 @@ def _time_cuda(calls: dict[str, list[Callable[[], Any]]], repeats: int):
     for key in keys:
         calls[key][0]()
     host_round = time.perf_counter() - t0  # host enqueue time of one round (the device may still run)
+    if flush is not None:
+        flush()
     torch.cuda.synchronize()
     sleep_s = min(MAX_SLEEP_S, 1.5 * host_round * repeats + 1e-3)
     events = {k: [] for k in keys}
@@ -435,7 +488,7 @@ def _time_cuda(calls: dict[str, list[Callable[[], Any]]], repeats: int):
         for key in (keys if rep % 2 == 0 else keys[::-1]):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            calls[key][rep % len(calls[key])]()
+            calls[key][0]()
             end.record()
             events[key].append((start, end))
     torch.cuda.synchronize()
@@ -464,6 +517,17 @@ def split_by_route(step: Step) -> list[tuple[str, Step]]:
     return out
 
 
+def same_step(a: Step, b: Step) -> bool:
+    """True when two steps hold the same values in every tensor (what an impl sees is identical)."""
+    for f in dataclasses.fields(Step):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if (x is None) != (y is None):
+            return False
+        if x is not None and x is not y and not (x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)):
+            return False
+    return True
+
+
 def _data_label(rec) -> str:
     if "derived" in rec.manifest or (rec.manifest.get("source") or {}).get("derived"):
         return "derived/synthetic"
@@ -479,12 +543,16 @@ def run_bench(recordings: Iterable, sides: list[Side], device: torch.device, *, 
     l2 = l2_bytes(device)
     coverage = {s.key: SideCoverage() for s in sides}
     measurements: list[Measurement] = []
+    same_inputs = len(sides) == 2 and sides[0].impl_name == sides[1].impl_name  # stays True for an A/A run
     for rec in recordings:
         data = _data_label(rec)
         for s in sides:
             if hasattr(s.impl, "begin_recording"):
                 s.impl.begin_recording(str(rec.path))
         for record in rec:
+            if same_inputs:
+                same_inputs = same_step(apply_overrides(record.step, sides[0].overrides),
+                                        apply_overrides(record.step, sides[1].overrides))
             groups = split_by_route(record.step) if split_routes else [("all", record.step)]
             for group, base in groups:
                 if on_step:
@@ -492,7 +560,7 @@ def run_bench(recordings: Iterable, sides: list[Side], device: torch.device, *, 
                 measurements.extend(_bench_step(rec, data, record.index, group, base, sides, device, l2,
                                                 coverage, repeats, warmup, warm_l2))
     ratio = compute_ratio(measurements, sides, resamples, confidence) if len(sides) == 2 else None
-    verdict = judge(sides, coverage, measurements, expect_routes, device)
+    verdict = judge(sides, coverage, measurements, expect_routes, device, same_inputs=same_inputs)
     settings = {"repeats": repeats, "warmup": warmup, "warm_l2": warm_l2, "split_routes": split_routes,
                 "expect_routes": [f"{k}:{r}" if k else r for k, r in expect_routes],
                 "l2_policy": l2_policy(measurements, warm_l2, l2), "resamples": resamples,
@@ -581,8 +649,9 @@ def _bench_step(rec, data: str, index: int, group: str, base: Step, sides: list[
         dev = s.runs_on(device)
         calls[s.key], reported[s.key] = _callables(s, steps[s.key], copies)
         clocks[s.key] = "cuda-events" if dev.type == "cuda" and s.timed_call == "launch" else "cpu-wall"
+    flush = None if warm_l2 or not l2 else (lambda: flush_l2(device, 2 * l2))
     with torch.inference_mode():
-        times, busy = time_calls(calls, clocks, repeats, warmup)
+        times, busy = time_calls(calls, clocks, repeats, warmup, flush)
     out = []
     for s in sides:
         st = steps[s.key]
@@ -637,11 +706,19 @@ def compute_ratio(measurements: list[Measurement], sides: list[Side], resamples:
     if not pairs or sum(np.median(y) for _, y in pairs) <= 0:
         return None
     point, lo, hi = bootstrap_ratio(pairs, resamples, confidence)
+    calls = min(min(len(x), len(y)) for x, y in pairs)
+    caveat = ""
+    if len(pairs) < MIN_CI_STEPS:
+        caveat = (f"the CI rests on {len(pairs)} (sub-)step(s) x {calls} timed call(s) per impl: with fewer than "
+                  f"{MIN_CI_STEPS} steps the bootstrap cannot see how the ratio varies from step to step"
+                  + (" (with one step it is the call-to-call noise of that step only)" if len(pairs) == 1 else
+                     " and understates the uncertainty") + "; benchmark more steps")
     clocks = sorted({m.clock for m in measurements})
     uses = "the harness's own time (" + " and ".join(
         {"cuda-events": "CUDA events around each call", "cpu-wall": "wall-clock per call"}.get(c, c) for c in clocks) \
         + "), never self-reported time"
-    return Ratio(point=point, lo=lo, hi=hi, confidence=confidence, resamples=resamples, pairs=len(pairs), uses=uses)
+    return Ratio(point=point, lo=lo, hi=hi, confidence=confidence, resamples=resamples, pairs=len(pairs),
+                 calls=calls, caveat=caveat, uses=uses)
 
 
 def _routes_text(cov: SideCoverage) -> str:
@@ -649,7 +726,8 @@ def _routes_text(cov: SideCoverage) -> str:
 
 
 def judge(sides: list[Side], coverage: dict[str, SideCoverage], measurements: list[Measurement],
-          expect_routes: Iterable[tuple[str | None, str]], device: torch.device) -> Verdict:
+          expect_routes: Iterable[tuple[str | None, str]], device: torch.device,
+          same_inputs: bool = False) -> Verdict:
     """The coverage guard. INCONCLUSIVE (reasons non-empty) when any of:
 
     1. no --expect-route given, and no request of the benchmark went down a stochastic route
@@ -658,7 +736,9 @@ def judge(sides: list[Side], coverage: dict[str, SideCoverage], measurements: li
        it applies to;
     3. a side refused every request (it timed kernels with nothing to do);
     4. on CUDA, a side whose kernels were counted launched none;
-    5. A and B are the same impl with the same parameters (an A/A run: the ratio is noise by construction);
+    5. A and B are the same impl with the same parameters (an A/A run: the ratio is noise by construction),
+       also when their overrides differ only on paper (``same_inputs``: every overridden step identical,
+       e.g. ``--vs-temperature 1`` on a recording whose requests are all at temperature 1);
     6. nothing was measured (no steps).
     """
     reasons, notes = [], []
@@ -698,6 +778,9 @@ def judge(sides: list[Side], coverage: dict[str, SideCoverage], measurements: li
         if a.impl_name == b.impl_name and a.overrides == b.overrides:
             reasons.append(f"A and B are the same impl ({a.label}) with the same parameters: the ratio measures "
                            "noise only")
+        elif a.impl_name == b.impl_name and same_inputs:
+            reasons.append(f"A and B are the same impl ({a.impl_name}) and their overrides ({a.label} vs "
+                           f"{b.label}) give both the same steps (every parameter equal): the ratio measures noise only")
         ka, kb = coverage[a.key].kernels, coverage[b.key].kernels
         if ka is not None and kb is not None and ka and ka == kb:
             notes.append(f"{labels['A']} and {labels['B']} launched the same kernels the same number of times; "

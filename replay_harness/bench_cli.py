@@ -27,6 +27,18 @@ def _parse_expect(values: list[str] | None) -> list[tuple[str | None, str]]:
     return out
 
 
+def _check_outputs(**paths: str | None) -> None:
+    """Refuse an output file whose folder does not exist BEFORE the benchmark runs (not after, as an
+    internal error that also hides the verdict)."""
+    import os
+
+    for opt, path in paths.items():
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise UsageError(f"--{opt.replace('_', '-')} {path}: folder {folder} does not exist")
+
+
 def bench(
     paths: Optional[List[str]] = typer.Argument(None, help="Recording folders (derived ones from `replay synth` too)."),
     impl: Optional[str] = typer.Option(None, "--impl", help="Impl A (`replay impls` lists them)."),
@@ -76,8 +88,10 @@ def bench(
     """
     from rich.console import Console
 
-    out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    # markup off: labels such as "stochastic[drop-drafts]" would otherwise be eaten as rich style tags
+    out = Console(highlight=False, markup=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    _check_outputs(json_file=json_file, csv=csv_file, png=png)
     if plot_from:
         if not png:
             raise UsageError("--plot-from needs --png OUT.png")

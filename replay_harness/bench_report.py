@@ -230,7 +230,9 @@ def print_tables(result, console, exit_code: int) -> None:
             else:
                 faster = f"{a} takes {r.point:.3g}x the time of {b} ({r.point:.3g}x slower)"
             console.print(f"ratio A/B = {r.point:.4g}  [{r.lo:.4g}, {r.hi:.4g}] {r.confidence:.0%} bootstrap CI "
-                          f"over {r.pairs} step(s): {faster}; uses {r.uses}")
+                          f"over {r.pairs} step(s) x {r.calls} timed call(s): {faster}; uses {r.uses}")
+            if r.caveat:
+                console.print(f"caveat: {r.caveat}")
         else:
             console.print(f"ratio A/B = {r.point:.4g} [{r.lo:.4g}, {r.hi:.4g}] is NOT a result: see below")
     for note in v.notes:

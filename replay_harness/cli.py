@@ -1,8 +1,9 @@
 """The `replay` command line (typer). Human tables on stdout, --json for machines,
-progress on stderr. Exit codes: 0 ok, 1 mismatch or routing violation, 2 usage or
-bad input, 3 environment (docs/CLI.md)."""
+progress on stderr. Exit codes (README.md): 0 ok, 1 mismatch, routing violation, refusal,
+failed test or finding, 2 usage or bad input, 3 environment, 4 inconclusive."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -13,11 +14,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .errors import EXIT_MISMATCH, EXIT_OK, ReplayError
+from .errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_MISMATCH, EXIT_OK, ReplayError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Record LLM decode steps and replay them through swappable sampler implementations; "
-                       "compare tokens, routing and timing.")
+                       "compare tokens, routing and timing. `replay CMD --help` explains a command, with an "
+                       "example. Exit codes: 0 ok; 1 divergence, routing violation, refusal, failed test or "
+                       "finding; 2 usage or bad input; 3 environment; 4 inconclusive.")
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -26,13 +29,31 @@ DEVICE_OPT = typer.Option("auto", "--device", help="auto (CUDA if present), cpu,
                                                     "impls run under TRITON_INTERPRET=1 (correct, slow).")
 NAN_OPT = typer.Option("error", "--nan", help="What a NaN in the logits is: error (exit 2) or warn.")
 
+# One line per command in `replay --help` (click would cut the docstring's first sentence at ~45 chars).
+SHORT_HELP = {
+    "run": "Replay recordings through an impl; compare tokens, counts, routes.",
+    "inspect": "Summarize a recording: steps, shapes, params, drafts, bytes.",
+    "validate": "Check a recording against the fixture schema; exit 2 if invalid.",
+    "impls": "List the sampler implementations --impl accepts.",
+    "record": "Decode with a real model (speculative decoding); record each step.",
+    "bench": "Time impl A vs B on recorded steps; exit 4 if the path never ran.",
+    "synth": "Derive production-shape steps (R, k, V) from a real recording.",
+    "verify": "Test statistically that an impl samples the right distribution.",
+    "audit": "Judge a recording's emitted tokens without replaying it.",
+}
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, marked with ' …' when cut."""
+    return text if len(text) <= limit else text[:limit - 2].rstrip() + " …"
+
 
 def _progress(total: int, label: str) -> Progress:
     return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=err, transient=True, disable=not err.is_terminal or total < 2)
 
 
-@app.command()
+@app.command(short_help=SHORT_HELP["run"])
 def run(
     paths: List[str] = typer.Argument(..., help="Recording folders (each holds manifest.json and steps/)."),
     impl: str = typer.Option("reference", "--impl", help="Sampler implementation to replay through "
@@ -147,9 +168,14 @@ def _ids(ids: list[int], limit: int = 12) -> str:
     return shown + (f" … (+{len(ids) - limit} more)" if len(ids) > limit else "")
 
 
-@app.command()
+@app.command(short_help=SHORT_HELP["inspect"])
 def inspect(path: str = typer.Argument(..., help="A recording folder."), as_json: bool = JSON_OPT) -> None:
-    """Show what a recording holds: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes."""
+    """Show what a recording holds: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes.
+
+    Exit 0, or 2 when the folder is not a readable recording.
+
+    Example: replay inspect fixtures/real-founding --json
+    """
     from .fixture import Recording
     from .inspect_recording import summarize
 
@@ -162,7 +188,7 @@ def inspect(path: str = typer.Argument(..., help="A recording folder."), as_json
     table.add_column("value")
     rows = [
         ("schema", f"{s['schema']}  complete={s['complete']}  rng={s['rng_contract']}"),
-        ("source", json.dumps(s["source"], sort_keys=True)[:200]),
+        ("source", _clip(json.dumps(s["source"], sort_keys=True), 200)),
         ("steps / requests / rows", f"{s['steps']} / {s['requests']} / {s['rows']}"),
         ("vocab", str(s["vocab_size"])),
         ("logits shapes", ", ".join(f"{k} x{v}" for k, v in s["logits_shapes"].items())),
@@ -182,12 +208,14 @@ def inspect(path: str = typer.Argument(..., help="A recording folder."), as_json
     out.print(table)
 
 
-@app.command()
+@app.command(short_help=SHORT_HELP["validate"])
 def validate(path: str = typer.Argument(..., help="A recording folder."), nan: str = NAN_OPT,
              as_json: bool = JSON_OPT) -> None:
     """Check a recording against fixture schema v1; list every violation (file, step, field).
 
     Exit 0 when valid (warnings allowed), 2 when any violation is found.
+
+    Example: replay validate fixtures/real-founding --nan warn
     """
     from .fixture import Recording
     from .validate import check_recording
@@ -209,9 +237,12 @@ def validate(path: str = typer.Argument(..., help="A recording folder."), nan: s
     raise typer.Exit(2 if errors else 0)
 
 
-@app.command()
+@app.command(short_help=SHORT_HELP["impls"])
 def impls(as_json: bool = JSON_OPT) -> None:
-    """List the sampler implementations --impl accepts."""
+    """List the sampler implementations --impl accepts (builtins, replay.impls plugins, exec:PROGRAM).
+
+    Example: replay impls --json
+    """
     from .impls import BUILTIN, get_impl, known_names
 
     rows = []
@@ -238,32 +269,44 @@ def impls(as_json: bool = JSON_OPT) -> None:
 
 from .record_cli import record  # noqa: E402  (imports no torch or transformers at start-up)
 
-app.command()(record)
+app.command(short_help=SHORT_HELP["record"])(record)
 from .bench_cli import bench, synth  # noqa: E402
 
-app.command()(bench)
-app.command()(synth)
+app.command(short_help=SHORT_HELP["bench"])(bench)
+app.command(short_help=SHORT_HELP["synth"])(synth)
 from .verify_cli import verify  # noqa: E402
 
-app.command()(verify)
+app.command(short_help=SHORT_HELP["verify"])(verify)
 from .audit_cli import audit  # noqa: E402
-app.command()(audit)
+app.command(short_help=SHORT_HELP["audit"])(audit)
 
 
 def main() -> None:
     """Console-script entry: one line and a documented exit code for every error, never a traceback."""
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="replay")  # same name under python -m
         sys.exit(rc if isinstance(rc, int) else 0)
     except ReplayError as e:
         err.print(f"replay: error: {e}", markup=False)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except OSError as e:  # a path the user named: a file where a folder belongs (--out), no permission, ...
+        if os.environ.get("REPLAY_DEBUG"):
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        hint = " (a file where a folder is expected)" if e.errno == errno.ENOTDIR else ""
+        bad_path = e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EACCES,
+                               errno.EPERM, errno.ENAMETOOLONG, errno.EROFS)
+        err.print(f"replay: error: {where}{e.strerror or e}{hint}", markup=False)
+        sys.exit(EXIT_BAD_INPUT if bad_path else EXIT_ENVIRONMENT)
     except (typer.Abort, KeyboardInterrupt):
         err.print("replay: interrupted", markup=False)
         sys.exit(130)
     except Exception as e:  # click usage errors (typer may vendor click: match by shape) and the unexpected
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `replay`: the help, not an error
+            print(e.format_message())
+            sys.exit(EXIT_OK)
         if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
             kind = "usage error" if e.exit_code == 2 else "error"
             err.print(f"replay: {kind}: {e.format_message()}", markup=False)

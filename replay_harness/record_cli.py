@@ -187,6 +187,8 @@ def run_record(*, prompts=None, prompts_file=None, steps=20, max_bytes=None, eve
         if bad:
             raise UsageError(f"{name}: {bad[0]} is out of range")
     out = Path(out_path or f"recordings/record-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists() and not out.is_dir():  # before the model loads (seconds), not after
+        raise UsageError(f"--out {out}: is a file, not a folder (name a new or empty folder)")
     if out.exists() and out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UsageError(f"--out {out}: folder exists and is not empty (pass --overwrite to replace it)")
     from .drafters import DRAFTERS

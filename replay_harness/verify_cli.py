@@ -26,9 +26,10 @@ def verify(
     steps: Optional[str] = typer.Option(None, "--steps", help="Steps to verify in every recording, e.g. 0 or "
                                                               "0,2 or 1-3 (default: all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the trial seeds (same seed, same trials)."),
-    alpha: float = typer.Option(1e-3, "--alpha", help="Family-wise false-alarm rate: a correct impl fails a "
-                                                      "run with probability at most alpha (Bonferroni: each of "
-                                                      "the m tests must reach p >= alpha/m)."),
+    alpha: float = typer.Option(1e-3, "--alpha", help="Family-wise false-alarm rate: each of the m tests "
+                                                      "must reach p >= alpha/m (Bonferroni); exact for the "
+                                                      "binomial tests, about 2x liberal for chi-squared ones "
+                                                      "(docs/VERIFY.md)."),
     recorded_drafts: bool = typer.Option(False, "--recorded-drafts", help="On steps with draft logits, keep "
                                          "the recorded drafts in every trial (exact conditional law) instead of "
                                          "drawing them from the draft distribution q (default)."),
@@ -120,6 +121,15 @@ def _fmt_p(p: float) -> str:
     return "0" if p == 0 else f"{p:.3g}"
 
 
+def unit_result(u) -> str:
+    """The table's result cell: a request with no test run is "not testable", never "ok"."""
+    if u.status == "refused":
+        return "refused"
+    if u.status in ("skipped", "untestable") or not u.checks:
+        return "not testable"
+    return "FAIL" if u.failed else "ok"
+
+
 def _print(report, sources, code: int) -> None:
     from rich.table import Table
 
@@ -131,7 +141,7 @@ def _print(report, sources, code: int) -> None:
         table.add_column(col, justify="left" if col in ("recording", "route") else "right")
     for u in report.units:
         ps = [c.p_value for c in u.checks if c.p_value is not None]
-        result = {"refused": "refused", "skipped": "skipped"}.get(u.status) or ("FAIL" if u.failed else "ok")
+        result = unit_result(u)
         table.add_row(u.recording, str(u.step), str(u.request_id), f"{u.temperature:g}", str(u.num_drafts),
                       ",".join(u.routes), str(len(u.checks)), _fmt_p(min(ps)) if ps else "-", result)
     out.print(table)
@@ -160,5 +170,7 @@ def _print(report, sources, code: int) -> None:
                f"{len(failed) - stat_failed} failed; {len(report.refused)} request(s) refused"
                if m else f"no statistical test ran; {len(exact)} exact checks, {len(failed)} failed; "
                          f"{len(report.refused)} request(s) refused")
+    if report.untestable:
+        summary += f"; {len(report.untestable)} request(s) not testable"
     verdict = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[code]
     out.print(f"{verdict}: {report.impl}: {summary}")

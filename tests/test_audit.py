@@ -207,6 +207,14 @@ def test_an_engine_with_its_own_correct_rng_audits_clean():
             assert result.ok and not result.notes, [f.message for f in result.findings + result.notes]
 
 
+def test_argmax_only_recordings_of_greedy_requests_are_not_flagged():
+    """T = 0 everywhere: greedy-only is the right sampler, and every token is the argmax by design."""
+    for kw in (dict(), dict(scale=3.0, draft_logits=True)):
+        result = audit_steps(make_steps(7, greedy_only, temps=(0.0,), **kw))
+        assert result.ok and not result.notes and result.tokens_stochastic == 0 and result.tokens_greedy > 100
+        assert all(t.terms == 0 for t in result.tests)
+
+
 # ----------------------------------------------------------------------------- planted findings
 def test_greedy_at_temperature_is_found_in_verify_steps_only():
     result = audit_steps(make_steps(1, greedy_only), path="planted")

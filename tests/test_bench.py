@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from helpers import cli, write_recording
-from replay_harness.bench import (Side, SideCoverage, bootstrap_ratio, floor_bytes, judge, rotation_count, run_bench,
-                                  short_kernel_name, split_by_route, triton_launches)
+from replay_harness.bench import (Side, SideCoverage, _callables, bootstrap_ratio, floor_bytes, judge,
+                                  pick_kernel_counts, rotation_count, run_bench, short_kernel_name, split_by_route,
+                                  time_calls, triton_launches)
 from replay_harness.derive import derive_steps, resize_rows
 from replay_harness.errors import EXIT_INCONCLUSIVE, UsageError
 from replay_harness.fixture import Recording
@@ -107,6 +108,35 @@ def test_rotation_floor_bytes_and_split():
         assert set(sub.expected_routes()) == {route}
 
 
+class _LogLaunch:
+    """A launch-timed impl that only logs which logits buffer each launch reads."""
+
+    def __init__(self, key, log):
+        self.key, self.log = key, log
+
+    def prepare(self, step):
+        return step
+
+    def launch(self, state):
+        self.log.append((self.key, state.logits.data_ptr()))
+
+
+def test_rotation_gives_every_call_a_cold_unshared_copy():
+    # regression: copy 0 was the step's own logits, shared by A and B (the second side of a round read
+    # what the first had just pulled into L2), timed round i re-read the copy warm-up call i had just read,
+    # and nothing evicted the copies that cloning had left in L2
+    step = random_step(torch.Generator().manual_seed(2), TINY)
+    log = []
+    sides = [Side("A", "fake", _LogLaunch("A", log)), Side("B", "fake", _LogLaunch("B", log))]
+    calls = {s.key: _callables(s, step, 8)[0] for s in sides}
+    time_calls(calls, {"A": "cpu-wall", "B": "cpu-wall"}, repeats=4, warmup=2, flush=lambda: log.append("flush"))
+    assert log.index("flush") == 4 and all(isinstance(x, tuple) for x in log[:4])  # after all warm-up calls
+    ptrs = {k: [p for e in log if e != "flush" and e[0] == k for p in e[1:]] for k in "AB"}
+    for k in "AB":
+        assert len(ptrs[k]) == 6 and len(set(ptrs[k])) == 6  # 8 copies: no call re-reads a copy
+    assert not set(ptrs["A"]) & set(ptrs["B"]) and step.logits.data_ptr() not in ptrs["A"] + ptrs["B"]
+
+
 def test_bootstrap_ratio():
     point, lo, hi = bootstrap_ratio([([2.0] * 5, [1.0] * 5), ([4.0] * 5, [2.0] * 5)], resamples=500)
     assert (point, lo, hi) == (2.0, 2.0, 2.0)
@@ -178,6 +208,31 @@ def test_judge_rules():
     assert not judge(sides, {"A": _cov(), "B": _cov()}, [], [], CPU).conclusive  # nothing measured
 
 
+def test_kernel_count_an_empty_profile_is_launched_none():
+    # regression: an impl that launched nothing on CUDA (the profiler ran and saw no kernel) fell back to
+    # the (empty) Triton launcher count with a "host side" source, which switched rule 4 off
+    kernels, source, _ = pick_kernel_counts(Counter(), Counter())
+    assert kernels == Counter() and "CUPTI" in source
+    cov = _cov(random_sample=3)
+    cov.kernels, cov.kernel_source = kernels, source
+    verdict = judge(_sides("gumbel-max"), {"A": cov}, [_M()], [], torch.device("cuda"))
+    assert not verdict.conclusive and "launched no kernel on the GPU" in verdict.reasons[0]
+    # CUPTI silently off while Triton launched: the launcher count, said so; the profiler failed: likewise
+    kernels, source, _ = pick_kernel_counts(Counter(), Counter({"_walk_kernel": 1}))
+    assert kernels == Counter({"_walk_kernel": 1}) and "host side" in source
+    kernels, source, _ = pick_kernel_counts(None, Counter(), "RuntimeError: no CUPTI")
+    assert kernels == Counter() and "CUPTI" not in source.split(";")[0] and "no CUPTI" in source
+    assert pick_kernel_counts(None, None, "x")[0] is None
+
+
+def test_a_over_a_with_overrides_that_change_nothing_is_inconclusive(founding):
+    # regression: --vs-temperature 1 on an all-temperature-1 recording passed as an A/B run
+    sides = _sides("gumbel-max", "gumbel-max", Overrides(drop_drafts=True), Overrides(temperature=1.0,
+                                                                                      drop_drafts=True))
+    res = run_bench([Recording(founding)], sides, CPU, repeats=1, warmup=0, resamples=200)
+    assert not res.verdict.conclusive and "give both the same steps" in res.verdict.reasons[0]
+
+
 def test_bench_founding_greedy_only_vs_stochastic_counts_routes_and_kernels(founding):
     rec = Recording(founding)
     res = run_bench([rec], _sides("greedy-only", "stochastic"), CPU, repeats=2, warmup=0, resamples=200)
@@ -188,6 +243,8 @@ def test_bench_founding_greedy_only_vs_stochastic_counts_routes_and_kernels(foun
     assert a.violations == Counter({"stochastic-verify -> greedy-verify": n}) and not b.violations
     assert a.kernels["_walk_kernel"] == len(rec) and b.kernels["_stats_kernel"] == len(rec)
     assert res.verdict.conclusive and res.ratio is not None and res.ratio.lo <= res.ratio.point <= res.ratio.hi
+    # the ratio says what it rests on, and that 2 steps are too few for an honest step-level CI
+    assert res.ratio.pairs == 2 and res.ratio.calls == 2 and "rests on 2 (sub-)step(s) x 2" in res.ratio.caveat
     assert len(res.measurements) == 2 * len(rec) and all(len(m.times_us) == 2 for m in res.measurements)
     assert {m.clock for m in res.measurements} == {"cpu-wall"} and res.env["clock"] == "cpu-wall"
     assert any("interpreter" in note for note in res.verdict.notes)
@@ -214,6 +271,16 @@ def test_cli_exit_4_when_the_path_under_test_never_ran(greedy):
     assert code == EXIT_INCONCLUSIVE == 4, err
     assert "INCONCLUSIVE" in out and "not 'no difference'" in out
     assert "no request went down a stochastic route" in out and "greedy-verify 6" in out
+
+
+def test_cli_a_over_a_in_disguise_exits_4_with_labels_intact(founding):
+    # regressions: the table ate "[drop-drafts]" as a rich markup tag (A showed as plain "gumbel-max"),
+    # and A at the recorded temperature 1 vs B at --vs-temperature 1 passed as an A/B run
+    code, out, err = cli("bench", str(founding), "--impl", "gumbel-max", "--drop-drafts", "--vs-temperature", "1",
+                         "--device", "cpu", "--repeats", "1", "--warmup", "0")
+    assert code == 4, err
+    assert "A = gumbel-max[drop-drafts] vs B = gumbel-max[T=1,drop-drafts]" in out
+    assert "give both the same steps" in out
 
 
 def test_cli_report_formats(founding, tmp_path):
@@ -246,6 +313,10 @@ def test_cli_usage_errors(founding):
     assert code == 2 and "--expect-route" in err
     code, _, err = cli("bench", str(founding), "--impl", "stochastic", "--top-p", "0")
     assert code == 2 and "--top-p" in err
+    # an output folder that does not exist: refused before the run (was exit 3, "internal error", after it)
+    code, out, err = cli("bench", str(founding), "--impl", "gumbel-max", "--drop-drafts", "--device", "cpu",
+                         "--csv", "/nonexistent-dir/b.csv")
+    assert code == 2 and "--csv /nonexistent-dir/b.csv" in err and len(err.strip().splitlines()) == 1 and not out
 
 
 # -- derived steps -------------------------------------------------------------

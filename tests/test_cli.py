@@ -108,3 +108,51 @@ def test_import_names_do_not_shadow_other_packages():
     if hasattr(import_utils, "is_kernels_available"):
         spec = importlib.util.find_spec("kernels")
         assert spec is None or not Path(spec.origin or "").resolve().is_relative_to(repo)
+
+
+def test_bare_replay_prints_help_on_stdout_exit_0():
+    code, out, err = cli()
+    assert code == 0 and err == "", err
+    assert out.startswith("Usage: replay") and "usage error" not in out and "Commands:" in out
+
+
+def test_top_level_help_gives_every_command_a_whole_one_line_summary():
+    code, out, _ = cli("--help")
+    assert code == 0
+    lines = out.split("Commands:")[1].strip().splitlines()
+    names = [ln.split()[0] for ln in lines]
+    assert names == ["run", "inspect", "validate", "impls", "record", "bench", "synth", "verify", "audit"]
+    assert all(not ln.rstrip().endswith("...") for ln in lines), lines   # click cuts at ~45 chars
+    assert "Exit codes: 0 ok" in out and "4 inconclusive" in out
+
+
+@pytest.mark.parametrize("command", ["run", "inspect", "validate", "impls", "record", "bench", "synth", "verify",
+                                     "audit"])
+def test_every_command_help_has_an_example(command):
+    code, out, _ = cli(command, "--help")
+    assert code == 0 and "Example: replay " + command in " ".join(out.split())
+
+
+def test_inspect_marks_a_clipped_source(tmp_path):
+    rec = write_case(CASES["synthetic-plain"], tmp_path / "plain")
+    m = json.loads((rec / "manifest.json").read_text())
+    m["source"] = {"note": "word " * 100}
+    (rec / "manifest.json").write_text(json.dumps(m))
+    code, out, err = cli("inspect", str(rec))
+    assert code == 0, err
+    source_row = out.split("source")[1].split("steps / requests")[0]
+    assert " …" in source_row and "word word" in source_row   # cut, and said so (was a silent mid-word cut)
+
+
+@pytest.mark.parametrize("command", [["record", "--steps", "1"], ["synth", "fixtures/synthetic-plain", "--batch", "2",
+                                                                   "--vocab", "100"]])
+def test_out_naming_a_file_is_one_line_exit_2(tmp_path, command):
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    args = [str(repo / a) if a.startswith("fixtures/") else a for a in command]
+    code, out, err = cli(*args, "--out", str(afile))
+    assert code == 2, err             # was: internal error NotADirectoryError, exit 3 (record: after loading the model)
+    assert err.count("\n") == 1 and "internal error" not in err and str(afile) in err and "folder" in err
+    assert afile.read_text() == "not a folder"

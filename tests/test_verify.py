@@ -192,6 +192,43 @@ def test_chi_square_false_alarm_rate_is_at_most_nominal():
     assert (ps < 0.2).mean() == pytest.approx(0.2, abs=0.04)  # and the test is not degenerate
 
 
+def test_two_bin_distribution_test_keeps_its_false_alarm_rate_at_the_bonferroni_floor():
+    """A peaked row leaves two bins, one expecting 6 of 400. The chi-squared tail there is ~9x too
+    liberal at a per-test floor of 5e-5; the exact binomial keeps P(p < floor) <= floor (exact sum)."""
+    from scipy.stats import binom
+
+    n, law, floor = 400, np.array([0.985, 0.015]), 5e-5
+    rate = sum(binom.pmf(k, n, law[0]) for k in range(n + 1)
+               if chi_square(np.repeat([0, 1], [k, n - k]), law).p_value < floor)
+    assert rate <= floor
+
+
+def _peaked_and_plain_step() -> Step:
+    """SYNTHETIC: request 0 a T=1.3 plain sample with all mass on one token (nothing testable: one
+    chi-squared bin, twins certain to agree); request 1 an ordinary T=1 one-draft request."""
+    peaked = [1.0] + [float(np.exp(-60.0))] * (V - 1)
+    return _step(rows=[peaked, _row(1, 0.4), _row(2, 0.3)], ks=[0, 1], drafts=[-1, 1, -1], temps=[1.3, 1.0])
+
+
+def test_a_request_where_nothing_could_be_tested_is_not_reported_as_ok(tmp_path):
+    from replay_harness.fixture import Emitted, RecordingWriter
+    from replay_harness.verify_cli import unit_result
+
+    step = _peaked_and_plain_step()
+    rep = _verify(ReferenceSampler(), 40, [step])
+    peaked, plain = rep.units
+    assert peaked.checks == [] and peaked.status == "untestable" and unit_result(peaked) == "not testable"
+    assert plain.checks and unit_result(plain) == "ok" and rep.ok
+    res = ReferenceSampler().sample(step)
+    with RecordingWriter(tmp_path / "rec", vocab_size=V, synthetic=True, source={"synthetic": True}) as w:
+        w.write_step(step, Emitted(res.tokens.to(torch.int32), res.counts.to(torch.int32)))
+    rc, out, err = cli("verify", str(tmp_path / "rec"), "--trials", "40", "--device", "cpu")
+    assert rc == 0, (out, err)
+    row = next(x for x in out.splitlines() if "random-sample" in x)
+    assert "not testable" in row and " 1.3 " in row and " ok " not in row
+    assert out.strip().splitlines()[-1].endswith("1 request(s) not testable")
+
+
 def test_parse_steps():
     assert parse_steps(None, 3) == [0, 1, 2]
     assert parse_steps("2,0-1", 5) == [2, 0, 1]
