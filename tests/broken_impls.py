@@ -16,21 +16,17 @@ import dataclasses
 
 import torch
 
-from replay_harness.impls.reference import accept_test, argmax_first, gumbel_draw, \
+from replay_harness.impls.reference import ReferenceSampler, accept_test, argmax_first, gumbel_draw, \
     residual_logits
 from replay_harness.rng import ACCEPT_UNIFORM_MIN
 from replay_harness.sampling_params import apply_sampling_params
-from replay_harness.step import ROUTE_CODE, SampleResult, Step, expected_route
+from replay_harness.step import Step
 
 FLAWS = ("u-zero", "residual-from-p", "residual-abs", "noise-reused", "u-shared", "temperature-ignored")
 
 
-class BrokenSampler:
-    """The reference with one flaw (see FLAWS)."""
-
-    rng_contract = "mrv2"
-    requires_cuda = False
-    cpu_only = True
+class BrokenSampler(ReferenceSampler):
+    """The reference with one flaw (see FLAWS): overrides its ``process`` and ``verify`` hooks."""
 
     def __init__(self, flaw: str):
         if flaw not in FLAWS:
@@ -39,7 +35,7 @@ class BrokenSampler:
         self.name = f"broken:{flaw}"
         self.description = f"reference with a deliberate flaw: {flaw}"
 
-    def _processed(self, step: Step) -> torch.Tensor:
+    def process(self, step: Step) -> torch.Tensor:
         if self.flaw == "temperature-ignored":
             t = torch.where(step.temperature > 0, torch.ones_like(step.temperature), step.temperature)
             return apply_sampling_params(dataclasses.replace(step, temperature=t))
@@ -59,7 +55,7 @@ class BrokenSampler:
             return torch.log((p - qp).abs())
         return residual_logits(target, d, q)
 
-    def _verify(self, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
+    def verify(self, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
                 seed: int, draft_logits: torch.Tensor | None) -> list[int]:
         k = len(drafts)
         if temperature == 0.0:
@@ -84,21 +80,3 @@ class BrokenSampler:
                 continue
             return out + [self._draw(self._residual(logits[i], d, q), seed, positions[i])]
         return out + [self._draw(logits[k], seed, positions[k])]
-
-    def sample(self, step: Step) -> SampleResult:
-        processed = self._processed(step)
-        result = SampleResult.empty(step.num_requests, step.max_drafts)
-        cu = step.cu_num_logits.tolist()
-        d_idx = step.draft_row_index()
-        for r in range(step.num_requests):
-            a, b = cu[r], cu[r + 1]
-            temperature = float(step.temperature[r])
-            dl = step.draft_logits[d_idx[a:b - 1]] if step.draft_logits is not None and b - a > 1 else None
-            tokens = self._verify(processed[a:b], step.draft_token_ids[a:b - 1].tolist(),
-                                  step.positions[a:b].tolist(), temperature, int(step.seed[r]), dl)
-            result.tokens[r, :len(tokens)] = torch.tensor(tokens)
-            result.counts[r] = len(tokens)
-            result.routes[r] = ROUTE_CODE[expected_route(temperature, b - a - 1)]
-        return result
-
-

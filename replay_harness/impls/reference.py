@@ -101,8 +101,17 @@ class ReferenceSampler:
     requires_cuda = False
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
+    def process(self, step: Step) -> torch.Tensor:
+        """[N, V] float32 target rows after sampling params (a hook: tests/broken_impls.py overrides it)."""
+        return apply_sampling_params(step)
+
+    def verify(self, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
+               seed: int, draft_logits: torch.Tensor | None) -> list[int]:
+        """One request's emitted tokens (a hook: tests/broken_impls.py overrides it)."""
+        return verify_request(logits, drafts, positions, temperature, seed, draft_logits)
+
     def sample(self, step: Step) -> SampleResult:
-        processed = apply_sampling_params(step)
+        processed = self.process(step)
         result = SampleResult.empty(step.num_requests, step.max_drafts)
         cu = step.cu_num_logits.tolist()
         d_idx = step.draft_row_index()
@@ -112,8 +121,8 @@ class ReferenceSampler:
             draft_logits = None
             if step.draft_logits is not None and b - a > 1:
                 draft_logits = step.draft_logits[d_idx[a:b - 1]]
-            tokens = verify_request(processed[a:b], step.draft_token_ids[a:b - 1].tolist(),
-                                    step.positions[a:b].tolist(), temperature, int(step.seed[r]), draft_logits)
+            tokens = self.verify(processed[a:b], step.draft_token_ids[a:b - 1].tolist(),
+                                 step.positions[a:b].tolist(), temperature, int(step.seed[r]), draft_logits)
             result.tokens[r, :len(tokens)] = torch.tensor(tokens)
             result.counts[r] = len(tokens)
             result.routes[r] = ROUTE_CODE[expected_route(temperature, b - a - 1)]
