@@ -16,7 +16,7 @@ import dataclasses
 
 import torch
 
-from replay_harness.impls.reference import ReferenceSampler, accept_test, argmax_first, gumbel_draw, \
+from replay_harness.impls.reference import ReferenceSampler, accept_test, gumbel_draw, \
     residual_logits
 from replay_harness.rng import ACCEPT_UNIFORM_MIN
 from replay_harness.sampling_params import apply_sampling_params
@@ -57,14 +57,9 @@ class BrokenSampler(ReferenceSampler):
 
     def verify(self, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
                 seed: int, draft_logits: torch.Tensor | None) -> list[int]:
+        if temperature == 0.0:  # no flaw touches greedy requests
+            return super().verify(logits, drafts, positions, temperature, seed, draft_logits)
         k = len(drafts)
-        if temperature == 0.0:
-            out = []
-            for i, d in enumerate(drafts):
-                out.append(argmax_first(logits[i]))
-                if d < 0 or out[-1] != d:
-                    return out
-            return out + [argmax_first(logits[k])]
         out = []
         for i, d in enumerate(drafts):
             if d < 0:
