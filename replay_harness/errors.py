@@ -1,4 +1,4 @@
-"""Errors the command line turns into one line and an exit code (DESIGN.md §6).
+"""Errors the command line turns into one line and an exit code (README.md, "Exit codes").
 
 Exit codes: 0 all good; 1 mismatch, routing violation or finding; 2 usage or bad input;
 3 environment (no GPU where one is required, impl unavailable); 4 inconclusive (the code path

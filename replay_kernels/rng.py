@@ -1,6 +1,6 @@
 """The ``mrv2`` RNG contract as ``@triton.jit`` device functions.
 
-Same contract as the torch oracle ``replay_harness/rng.py`` (read its module
+Same contract as the torch oracle ``replay_harness/oracle/rng.py`` (read its module
 docstring for the definitions); these are what our Triton sampling kernels
 call. They match vLLM Model Runner V2 (``vllm/v1/worker/gpu/sample/gumbel.py``)
 bit for bit: same Philox stream (``tl.rand``), same hash, same fp32 expression
@@ -10,6 +10,9 @@ trees (so a GPU compile contracts them into FMAs the same way vLLM's does).
 * ``murmur3_hash32(seed, pos, token)``: uint32 hash (domain 0).
 * ``murmur3_uniform32(seed, pos, token)``: Gumbel uniform, float32 in (0, 1].
 * ``gumbel_noise(seed, pos, token)``: ``-log(-log(1 - u))``, float32.
+* The same in stages, for kernels that prune: ``murmur3_row_key(seed, pos)`` once per
+  row, ``murmur3_finish(key, token)``, ``hash_to_uniform(h)``, ``uniform_to_gumbel(u)``,
+  and ``gumbel_upper_bound(u)`` (a bound on the noise without a log) and ``NOISE_MAX``.
 
 ``seed`` is an int64 scalar (any integer dtype is widened to int64), ``pos`` an
 integer scalar or block (int64 semantics), ``token`` an int32/int64 scalar or
@@ -34,6 +37,10 @@ ACCEPT_UNIFORM_MIN = tl.constexpr(4.6566127342e-10)
 LOG_CLAMP_MIN = tl.constexpr(5.960464477539063e-08)
 # Use the series for log(1 - u) below this u.
 SERIES_CUTOFF = tl.constexpr(0.25)
+# Largest Gumbel noise the contract can produce: u >= 2^-33, so noise <= 33 ln 2 = 22.87 (+ margin).
+NOISE_MAX = tl.constexpr(23.0)
+# Absolute margin of gumbel_upper_bound over the computed noise (rounding of log is ~1e-6 of 23).
+NOISE_SLACK = tl.constexpr(0.01)
 
 
 @triton.jit
@@ -72,11 +79,10 @@ def _murmur3_fmix32(h):
 
 
 @triton.jit
-def murmur3_hash32(seed, pos, token):
-    """32-bit hash of (seed, pos, token): tl.uint32 of the shape of ``token``.
+def murmur3_row_key(seed, pos):
+    """The (seed, pos) prefix of the hash: h after mixing seed low/high and pos low words into 0 (uint32 scalar).
 
-    Mixes seed low/high 32 bits, pos low 32 bits, token low 32 bits into h = 0,
-    then ``fmix32(h ^ 16)``. The first three mixes stay scalar.
+    Compute it once per row; :func:`murmur3_finish` adds the token word.
     """
     seed = seed.to(tl.int64)
     pos = pos.to(tl.int64)
@@ -85,22 +91,41 @@ def murmur3_hash32(seed, pos, token):
     pos_lo = (pos & 0xFFFFFFFF).to(tl.uint32)
     h = _murmur3_mix(tl.zeros_like(seed_lo), seed_lo)
     h = _murmur3_mix(h, seed_hi)
-    h = _murmur3_mix(h, pos_lo)
-    h = _murmur3_mix(h, token.to(tl.uint32))
-    return _murmur3_fmix32(h ^ 16)
+    return _murmur3_mix(h, pos_lo)
 
 
 @triton.jit
-def murmur3_uniform32(seed, pos, token):
-    """Gumbel uniform: float32 in (0, 1], the correctly rounded (h + 0.5) / 2**32.
+def murmur3_finish(row_key, token):
+    """``fmix32(mix(row_key, token) ^ 16)``: the hash of (seed, pos, token), shape of ``token``."""
+    return _murmur3_fmix32(_murmur3_mix(row_key, token.to(tl.uint32)) ^ 16)
+
+
+@triton.jit
+def murmur3_hash32(seed, pos, token):
+    """32-bit hash of (seed, pos, token): tl.uint32 of the shape of ``token``.
+
+    Mixes seed low/high 32 bits, pos low 32 bits, token low 32 bits into h = 0,
+    then ``fmix32(h ^ 16)``. The first three mixes stay scalar.
+    """
+    return murmur3_finish(murmur3_row_key(seed, pos), token)
+
+
+@triton.jit
+def hash_to_uniform(h):
+    """float32 in (0, 1], the correctly rounded (h + 0.5) / 2**32 of a uint32 hash.
 
     The hash is split into 16-bit halves (each converts to fp32 exactly) so no
     uint32 -> fp32 conversion is needed.
     """
-    h = murmur3_hash32(seed, pos, token)
     hi16 = (h >> 16).to(tl.int32).to(tl.float32)
     lo16 = (h & 0xFFFF).to(tl.int32).to(tl.float32)
     return hi16 * 1.52587890625e-05 + (lo16 + 0.5) * 2.3283064365386963e-10
+
+
+@triton.jit
+def murmur3_uniform32(seed, pos, token):
+    """Gumbel uniform: float32 in (0, 1], ``hash_to_uniform(murmur3_hash32(seed, pos, token))``."""
+    return hash_to_uniform(murmur3_hash32(seed, pos, token))
 
 
 @triton.jit
@@ -120,7 +145,24 @@ def log1p_neg(u):
 
 
 @triton.jit
+def uniform_to_gumbel(u):
+    """Gumbel(0, 1) noise ``-log(-log(1 - u))`` of a uniform from :func:`hash_to_uniform`."""
+    return -tl.log(-log1p_neg(u))
+
+
+@triton.jit
 def gumbel_noise(seed, pos, token):
     """Gumbel(0, 1) noise ``-log(-log(1 - u))``, u = ``murmur3_uniform32``: float32."""
-    u = murmur3_uniform32(seed, pos, token)
-    return -tl.log(-log1p_neg(u))
+    return uniform_to_gumbel(murmur3_uniform32(seed, pos, token))
+
+
+@triton.jit
+def gumbel_upper_bound(u):
+    """A cheap upper bound of ``uniform_to_gumbel(u)``: no log, two float ops on the bits of u.
+
+    ``-log(-log(1 - u)) <= -log(u)`` (as ``-log(1 - u) >= u``), and for u = 2^e (1 + f),
+    ``log2(u) = e + log2(1 + f) >= e + f = bits(u) / 2^23 - 127``. So the noise is at most
+    ``(127 - bits(u) / 2^23) ln 2``, plus ``NOISE_SLACK`` for the rounding of the computed noise.
+    """
+    bits = u.to(tl.int32, bitcast=True).to(tl.float32)
+    return (127.0 - bits * 1.1920928955078125e-07) * 0.6931471805599453 + NOISE_SLACK

@@ -16,11 +16,11 @@ import dataclasses
 
 import torch
 
-from replay_harness.impls.reference import ReferenceSampler, accept_test, gumbel_draw, \
-    residual_logits
-from replay_harness.rng import ACCEPT_UNIFORM_MIN
-from replay_harness.sampling_params import apply_sampling_params
-from replay_harness.step import Step
+from replay_harness.impls.reference import ReferenceSampler
+from replay_harness.oracle.rng import ACCEPT_UNIFORM_MIN
+from replay_harness.oracle.sampling_params import apply_sampling_params
+from replay_harness.oracle.walk import accept_test, gumbel_draw, residual_logits
+from replay_harness.recording.step import Step
 
 FLAWS = ("u-zero", "residual-from-p", "residual-abs", "noise-reused", "u-shared", "temperature-ignored")
 

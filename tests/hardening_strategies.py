@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from hypothesis import strategies as st
 
-from replay_harness.fixture import Emitted, RecordingWriter
+from replay_harness.recording.store import Emitted, RecordingWriter
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.step import Step
+from replay_harness.recording.step import Step
 
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from replay_harness.fixture import Emitted, RecordingWriter
+from replay_harness.recording.store import Emitted, RecordingWriter
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.synthetic import Case, random_step
+from replay_harness.recording.synthetic import Case, random_step
 
 
 def write_recording(path: Path, case: Case, seed: int = 0, steps: int | None = None) -> Path:

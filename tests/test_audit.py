@@ -19,11 +19,11 @@ import pytest
 import torch
 from scipy import stats
 
-from replay_harness.audit import audit_steps, format_p, poisson_binomial_log_tail
+from replay_harness.checks.audit import audit_steps, format_p, poisson_binomial_log_tail
 from replay_harness.impls.engine_bug import GreedyOnlySampler
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.sampling_params import apply_sampling_params
-from replay_harness.step import SampleResult, Step
+from replay_harness.oracle.sampling_params import apply_sampling_params
+from replay_harness.recording.step import SampleResult, Step
 
 from helpers import has_model
 
@@ -364,7 +364,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
 
 def test_cli_planted_recording_json_is_strict_and_lines_name_everything(tmp_path):
     """A SYNTHETIC recording on disk with a token planted outside top-k and an all-greedy T > 0 engine."""
-    from replay_harness.fixture import Emitted, RecordingWriter
+    from replay_harness.recording.store import Emitted, RecordingWriter
 
     steps = make_steps(5, greedy_only, top_k=5, n_steps=20)
     step, toks, counts = steps[7]

@@ -7,7 +7,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from helpers import cli, write_recording
-from replay_harness.synthetic import Case
+from replay_harness.recording.synthetic import Case
 
 CASE = Case("bad", vocab_size=40, num_requests=3, max_drafts=3, steps=2, temperatures=(0.0, 1.0),
             features=frozenset({"ragged"}))

@@ -10,16 +10,18 @@ import pytest
 import torch
 
 from helpers import cli, write_recording
-from replay_harness.bench import (Side, SideCoverage, _callables, bootstrap_ratio, floor_bytes, judge,
-                                  pick_kernel_counts, rotation_count, run_bench, short_kernel_name, split_by_route,
-                                  time_calls, triton_launches)
-from replay_harness.derive import derive_steps, resize_rows
-from replay_harness.errors import EXIT_INCONCLUSIVE, UsageError
-from replay_harness.fixture import Recording
+from replay_harness.bench.ab import Side, _callables, floor_bytes, run_bench, split_by_route
+from replay_harness.bench.coverage import SideCoverage, judge, pick_kernel_counts, short_kernel_name, triton_launches
+from replay_harness.bench.timing import bootstrap_ratio, rotation_count, time_calls
+from replay_harness.bench import csvlog
+from replay_harness.bench.report import read_csv
+from replay_harness.recording.derive import derive_steps, resize_rows
+from replay_harness.errors import EXIT_INCONCLUSIVE, InputError, UsageError
+from replay_harness.recording.store import Recording
 from replay_harness.impls import get_impl
 from replay_harness.impls.engine_bug import GreedyOnlySampler, drafted_greedy
-from replay_harness.overrides import Overrides, apply_overrides
-from replay_harness.synthetic import Case, random_step
+from replay_harness.bench.overrides import Overrides, apply_overrides
+from replay_harness.recording.synthetic import Case, random_step
 
 CPU = torch.device("cpu")
 TINY = Case("tiny-founding", vocab_size=64, num_requests=3, max_drafts=2, steps=2, temperatures=(1.0,),
@@ -108,6 +110,28 @@ def test_rotation_floor_bytes_and_split():
         assert set(sub.expected_routes()) == {route}
 
 
+def test_csv_layout_round_trip_and_earlier_files(tmp_path):
+    env = {"gpu": "cpu", "torch": "2.x", "clock": "cpu-wall"}
+    rec = {"case": "V1000 R1 k0 top_p=1.0", "impl": "gumbel-max", "family": "ours", "vocab": 1000, "requests": 1,
+           "clock": "cuda-events", "gpu": "cpu",  # an ID column beats the environment; an environment key goes
+           "max_drafts": 0, "top_p": 1.0, "mode": "eager-cold", "round": 1, "median_us": 2.5, "p20_us": 2.0,
+           "p80_us": 3.0, "bytes": 4000, "gbps": None}
+    path = tmp_path / "kernels.csv"
+    csvlog.write(path, [rec], env)
+    got_env, recs = csvlog.pivot(list(csv.DictReader(path.open())))
+    assert got_env == env and len(recs) == 1 and recs[0]["median_us"] == 2.5 and recs[0]["gbps"] is None
+    assert recs[0]["impl"] == "gumbel-max" and recs[0]["vocab"] == "1000" and recs[0]["side"] == ""
+    assert recs[0]["clock"] == "cuda-events" and "gpu" not in recs[0]
+    with pytest.raises(ValueError):
+        csvlog.long_rows([{"not_a_column": 1}], {})
+    with pytest.raises(InputError):
+        read_csv(path)  # a kernel-benchmark CSV has no recorded steps to plot
+    old = tmp_path / "old.csv"  # one row per measurement, as `replay bench --csv` wrote before the long layout
+    old.write_text("label,route_mix,step,group,median_us,p20_us,p80_us,clock,recording,gpu\n"
+                   "x,random-sample,0,all,5,4,6,cpu-wall,r,cpu\n")
+    assert read_csv(old)[0]["median_us"] == 5.0 and read_csv(old)[0]["step"] == 0
+
+
 class _LogLaunch:
     """A launch-timed impl that only logs which logits buffer each launch reads."""
 
@@ -149,7 +173,7 @@ def test_bootstrap_ratio():
 
 def test_triton_launch_counter_counts_and_restores():
     from triton.runtime.interpreter import InterpretedFunction
-    from replay_kernels.verify import StochasticSampler
+    from replay_kernels.stochastic import StochasticSampler
 
     before = InterpretedFunction.run
     step = random_step(torch.Generator().manual_seed(5), TINY)
@@ -159,8 +183,7 @@ def test_triton_launch_counter_counts_and_restores():
         impl.launch(state)
         impl.launch(state)
     assert InterpretedFunction.run is before
-    assert counts == Counter({"_stats_kernel": 2, "_walk_kernel": 2, "_draw_block_kernel": 2,
-                              "_draw_reduce_kernel": 2})
+    assert counts == Counter({"_stats_kernel": 2, "_walk_kernel": 2, "_draw_kernel": 2})
     # CUDA profiler names are shortened the same way for Triton and torch kernels
     assert short_kernel_name("_walk_kernel") == "_walk_kernel"
     assert short_kernel_name("void at::native::(anonymous namespace)::fill_kernel<long, 4>(int, long*)") == \
@@ -198,8 +221,9 @@ def test_judge_rules():
     assert not missing.conclusive and "greedy-only sent no request down stochastic-verify" in missing.reasons[0]
     assert judge(sides, {"A": _cov(greedy_verify=3), "B": _cov(stochastic_verify=3)}, [_M()],
                  [("B", "stochastic-verify")], CPU).conclusive
-    refused = judge(_sides("serial-scan", "gumbel-max"), {"A": _cov(refused=3), "B": _cov(random_sample=3)},
-                    [_M()], [], CPU)
+    drafted = _cov(refused=3)
+    drafted.rows_by_route["refused"] = 9  # the refused requests had drafts (k = 2)
+    refused = judge(_sides("serial-scan", "gumbel-max"), {"A": drafted, "B": _cov(random_sample=3)}, [_M()], [], CPU)
     assert not refused.conclusive and "refused every request" in refused.reasons[0] and "--drop-drafts" in \
         refused.reasons[0]
     same = judge(_sides("stochastic", "stochastic"), {"A": _cov(random_sample=2), "B": _cov(random_sample=2)},
@@ -296,10 +320,14 @@ def test_cli_report_formats(founding, tmp_path):
     assert doc["coverage"]["A"]["kernels"]["_serial_scan_kernel"] == 2
     assert "_serial_scan_kernel" not in doc["coverage"]["B"]["kernels"]
     assert doc["ratio"]["lo"] <= doc["ratio"]["point"] <= doc["ratio"]["hi"]
-    rows = list(csv.DictReader(c.open()))
+    raw = list(csv.DictReader(c.open()))  # long format: one row per statistic, the environment once
+    assert list(raw[0]) == csvlog.COLUMNS and [r["value"] for r in raw if r["statistic"] == "gpu"] == ["cpu"]
+    assert sum(r["statistic"] == "median_us" for r in raw) == 4 and {r["unit"] for r in raw
+                                                                     if r["statistic"] == "p20_us"} == {"us"}
+    rows = read_csv(c)
     assert len(rows) == 4 and {r["side"] for r in rows} == {"A", "B"}
     assert all(r["clock"] == "cpu-wall" and r["gpu"] == "cpu" and r["overrides"] == "drop-drafts"
-               and r["route_mix"] == "random-sample" and float(r["median_us"]) > 0 for r in rows)
+               and r["route_mix"] == "random-sample" and r["median_us"] > 0 for r in rows)
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     p2 = tmp_path / "again.png"
     code, out, err = cli("bench", "--plot-from", str(c), "--png", str(p2))

@@ -7,7 +7,7 @@ import pytest
 from helpers import cli
 from replay_harness import impls as registry
 from replay_harness.errors import UsageError
-from replay_harness.synthetic import CASES, write_case
+from replay_harness.recording.synthetic import CASES, write_case
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +80,10 @@ def test_registry_register_and_entry_points(monkeypatch):
         name, description, rng_contract, requires_cuda = "mine", "test impl", "mrv2", False
 
     registry.register("mine", Mine)
-    assert isinstance(registry.get_impl("mine"), Mine)
+    assert isinstance(registry.get_impl("mine").inner, Mine)  # wrapped by as_sampler: see tests/test_impls.py
     ep = types.SimpleNamespace(name="plugged", load=lambda: Mine)
     monkeypatch.setattr(registry, "entry_points", lambda group: [ep] if group == "replay.impls" else [])
-    assert "plugged" in registry.known_names() and isinstance(registry.get_impl("plugged"), Mine)
+    assert "plugged" in registry.known_names() and isinstance(registry.get_impl("plugged").inner, Mine)
     with pytest.raises(UsageError, match="known impls: .*plugged"):
         registry.get_impl("unknown-one")
 

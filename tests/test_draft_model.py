@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from helpers import cli
-from replay_harness.drafters import DraftModelDrafter, _choose
+from replay_harness.record.drafters import DraftModelDrafter, _choose
 from replay_harness.errors import EnvironmentProblem, UsageError
-from replay_harness.fixture import Recording
-from replay_harness.model import MODELS, ModelSpec, _spec_files, assemble_parts, cache_root
-from replay_harness.step import ROUTES
+from replay_harness.recording.store import Recording
+from replay_harness.record.model import MODELS, ModelSpec, _spec_files, assemble_parts, cache_root
+from replay_harness.recording.step import ROUTES
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "fixtures" / "real-draft-model"

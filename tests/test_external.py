@@ -18,11 +18,11 @@ import torch
 
 from helpers import cli, write_recording
 from replay_harness.errors import EnvironmentProblem, UsageError
-from replay_harness.external import ExecSampler, ExternalImplError
+from replay_harness.impls.external import ExecSampler, ExternalImplError
 from replay_harness.impls import get_impl
-from replay_harness.fixture import Recording
+from replay_harness.recording.store import Recording
 from replay_harness.impls.engine_bug import GreedyOnlySampler, GuardedSampler
-from replay_harness.synthetic import Case, random_step
+from replay_harness.recording.synthetic import Case, random_step
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "fixtures"
@@ -129,7 +129,7 @@ def test_python_adapter_round_trips_reference_exactly():
     # SYNTHETIC fixtures whose recorded tokens are the reference's: synthetic-mixed (greedy and stochastic
     # verify, placeholders, ties), synthetic-filters (top-k/top-p/min-p, temperatures != 1)
     recs = [str(FIX / n) for n in ("synthetic-mixed", "synthetic-filters")]
-    impl = f"exec:{sys.executable} -m replay_harness.external_adapter"
+    impl = f"exec:{sys.executable} -m replay_harness.impls.external_adapter"
     rc, out, err = cli("run", *recs, "--impl", impl, "--impl-arg", "replay_harness.impls.reference:ReferenceSampler",
                        "--json")
     assert rc == 0, out + err

@@ -9,8 +9,10 @@ from safetensors.torch import save_file
 
 from helpers import write_recording
 from replay_harness.errors import InputError
-from replay_harness.fixture import Emitted, Recording, RecordingWriter, tensor_digest
-from replay_harness.synthetic import Case, random_step
+from replay_harness.recording.schema import FIELDS, INPUT
+from replay_harness.recording.step import Step
+from replay_harness.recording.store import Emitted, Recording, RecordingWriter, tensor_digest
+from replay_harness.recording.synthetic import Case, random_step
 
 CASE = Case("fmt", vocab_size=64, num_requests=3, features=frozenset({"draft-logits", "ragged"}),
             dtype=torch.bfloat16, steps=2)
@@ -35,7 +37,7 @@ def test_round_trip_is_lossless_and_lazy(tmp_path):
 def test_digest_is_canonical_across_processes(tmp_path):
     """Same content written by two processes -> same digest, whatever the header byte order."""
     code = ("import sys, torch; sys.path.insert(0, 'tests'); from helpers import write_recording; "
-            "from replay_harness.synthetic import Case; "
+            "from replay_harness.recording.synthetic import Case; "
             "write_recording(__import__('pathlib').Path(sys.argv[1]), Case('d', vocab_size=50, steps=2))")
     for name in ("a", "b"):
         subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], check=True)
@@ -45,6 +47,19 @@ def test_digest_is_canonical_across_processes(tmp_path):
     t2 = dict(t)
     t2["seed"] = t["seed"] + 1
     assert tensor_digest(t2, meta) != tensor_digest(t, meta)
+
+
+
+def test_schema_table_matches_step_and_written_files(tmp_path):
+    """The one field table covers every Step field, and a written step holds each tensor in its table dtype."""
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(Step)] == [f.name for f in FIELDS if f.role == INPUT]
+    write_recording(tmp_path / "rec", CASE)
+    tensors, _ = Recording(tmp_path / "rec").read_tensors(0)
+    for f in FIELDS:
+        if f.name in tensors:
+            assert tensors[f.name].dtype in f.dtypes and tensors[f.name].ndim == len(f.shape), f.name
 
 
 def test_unclosed_recording_keeps_finished_steps(tmp_path):
@@ -89,7 +104,7 @@ def test_single_metadata_key_and_schema(tmp_path):
 
 
 def test_synthetic_recordings_say_so(tmp_path):
-    from replay_harness.synthetic import CASES, write_case
+    from replay_harness.recording.synthetic import CASES, write_case
 
     rec = Recording(write_case(CASES["synthetic-edge"], tmp_path / "rec"))
     assert rec.synthetic and rec.manifest["source"]["synthetic"] is True
@@ -108,7 +123,7 @@ def test_written_files_are_readable_by_others(tmp_path):
     import os
     import stat
 
-    from replay_harness.synthetic import CASES
+    from replay_harness.recording.synthetic import CASES
     from helpers import write_recording
 
     rec = write_recording(tmp_path / "rec", CASES["synthetic-edge"], steps=1)

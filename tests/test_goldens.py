@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from replay_harness.fixture import Recording
+from replay_harness.recording.store import Recording
 from replay_harness.impls import get_impl
-from replay_harness.step import route_name
+from replay_harness.recording.step import route_name
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDENS = Path(__file__).resolve().parent / "goldens"

@@ -37,10 +37,10 @@ from safetensors.torch import save_file
 from hardening_strategies import (SAFETENSORS_DTYPES, RecordingSpec, RequestSpec, StepSpec, join_safetensors,
                                   recording_specs, split_safetensors, write_spec)
 from replay_harness.errors import InputError
-from replay_harness.fixture import Recording
+from replay_harness.recording.store import Recording
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.inspect_recording import summarize
-from replay_harness.validate import check_recording
+from replay_harness.recording.summary import summarize
+from replay_harness.recording.validate import check_recording
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = ("validate", "inspect", "run")

@@ -6,7 +6,7 @@ logits from a seeded torch.Generator, never model output.
 
 Exactness contract: tokens, counts and routes equal the ``reference`` impl.
 The only tolerated differences are floating-point near-ties
-(``replay_harness.near_tie.is_near_tie``); each comparison asserts at most
+(``replay_harness.oracle.near_tie.is_near_tie``); each comparison asserts at most
 ``MAX_NEAR_TIES`` of them per test (0 expected under the interpreter).
 """
 import os
@@ -19,12 +19,13 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from replay_harness.impls.reference import ReferenceSampler  # noqa: E402
-from replay_harness.near_tie import is_near_tie  # noqa: E402
-from replay_harness.sampling_params import apply_sampling_params as oracle_params  # noqa: E402
-from replay_harness.step import ROUTE_CODE, Step  # noqa: E402
+from replay_harness.oracle.near_tie import is_near_tie  # noqa: E402
+from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params  # noqa: E402
+from replay_harness.recording.step import ROUTE_CODE, Step  # noqa: E402
 from replay_kernels.params import apply_sampling_params as triton_params  # noqa: E402
-from replay_kernels.sample import GumbelMaxSampler, SerialScanSampler  # noqa: E402
-from replay_kernels.verify import StochasticSampler  # noqa: E402
+from replay_kernels.gumbel_max import GumbelMaxSampler  # noqa: E402
+from replay_kernels.serial_scan import SerialScanSampler  # noqa: E402
+from replay_kernels.stochastic import StochasticSampler  # noqa: E402
 
 # Near-ties tolerated per comparison test (documented bound; 0 seen on CPU).
 MAX_NEAR_TIES = 2
@@ -142,11 +143,13 @@ def compare(step: Step, result, expected, *, max_near_ties: int = MAX_NEAR_TIES)
 # ---------------------------------------------------------------------------
 
 
+# filter_span: one span per row at these vocabularies (8192), or rows split over 2 .. 33 spans (128)
+@pytest.mark.parametrize("filter_span", [8192, 128])
 @pytest.mark.parametrize("vocab,seed,ties,neg_inf", [(97, 0, False, False), (1000, 1, True, False),
                                                       (1000, 2, False, True), (4099, 3, True, True)])
-def test_params_match_oracle(vocab, seed, ties, neg_inf):
+def test_params_match_oracle(vocab, seed, ties, neg_inf, filter_span):
     step = synthetic_step(seed, vocab, 10, 2, ties=ties, neg_inf=neg_inf, greedy_frac=0.1)
-    got = triton_params(step)
+    got = triton_params(step, filter_span=filter_span)
     want = oracle_params(step)
     assert torch.equal(got, want), (got != want).nonzero()[:10]
 
@@ -164,13 +167,15 @@ def test_params_top_p_tie_group_is_cut_in_index_order():
                     temperature=torch.tensor([1.0]), top_k=torch.tensor([0], dtype=torch.int32),
                     top_p=torch.tensor([p]), min_p=torch.tensor([0.0]), seed=torch.tensor([7]),
                     request_ids=torch.tensor([1]))
-        assert torch.equal(triton_params(step), oracle_params(step)), p
+        for span in (8192, 16):  # the tie group in one span, and spread over four of them
+            assert torch.equal(triton_params(step, filter_span=span), oracle_params(step)), (p, span)
 
 
 def test_params_bf16_and_topk1():
     step = synthetic_step(4, 1000, 8, 1, dtype=torch.bfloat16, ties=True, greedy_frac=0.0)
     step.top_k[:] = 1
     assert torch.equal(triton_params(step), oracle_params(step))
+    assert torch.equal(triton_params(step, filter_span=64), oracle_params(step))
 
 
 # ---------------------------------------------------------------------------
@@ -268,6 +273,64 @@ def test_plain_samplers_refuse_requests_with_drafts(impl):
     for r in (0, 2):
         assert got.tokens[r].tolist() == want.tokens[r].tolist() and int(got.counts[r]) == 1
     assert got.notes and "stochastic" in got.notes[0]
+
+
+# ---------------------------------------------------------------------------
+# the draw kernel: split rows, pruning, last-program reduce
+# ---------------------------------------------------------------------------
+
+
+def peaked(step: Step, spike: float, seed: int) -> Step:
+    """The step with one large logit per row at a random id (SYNTHETIC, shaped like real LLM rows):
+    most tiles then cannot win, so the draw kernel prunes them after the load."""
+    g = torch.Generator().manual_seed(seed)
+    logits = step.logits.float().clone()
+    for j in range(logits.shape[0]):
+        logits[j, int(torch.randint(0, logits.shape[1], (1,), generator=g))] += spike
+    step.logits = logits.to(step.logits.dtype)
+    return step
+
+
+# (programs, block): one program per row scanning every tile in order (pruning across tiles),
+# a few programs per row, and one tile per program (the last-program reduce over many partials).
+DRAW_LAYOUTS = [(1, 64), (16, 64), (4096, 32)]
+
+
+@pytest.mark.parametrize("programs,block", DRAW_LAYOUTS)
+@pytest.mark.parametrize("spike", [0.0, 8.0, 40.0])
+def test_gumbel_max_split_and_pruned_rows_match_reference(programs, block, spike):
+    step = peaked(synthetic_step(80, 1500, 32, 0, ks=[0] * 32, ties=True, greedy_frac=0.1, filters=spike > 0),
+                  spike, seed=81)
+    impl = GumbelMaxSampler(block=block, programs=programs, filter_span=256)
+    compare(step, impl.sample(step), ReferenceSampler().sample(step))
+
+
+@pytest.mark.parametrize("programs,block", DRAW_LAYOUTS)
+def test_stochastic_split_and_pruned_draws_match_reference(programs, block):
+    step = peaked(synthetic_step(82, 777, 6, 3, draft_logits=True, placeholders=True), 12.0, seed=83)
+    got = StochasticSampler(stats_block=128, draw_block=block, programs=programs, filter_span=128).sample(step)
+    compare(step, got, ReferenceSampler().sample(step))
+
+
+def test_draw_is_batch_composition_independent():
+    """A request's token does not depend on which other requests share the launch, nor on the split."""
+    step = synthetic_step(84, 900, 6, 0, ks=[0] * 6)
+    whole = GumbelMaxSampler(block=64, programs=8).sample(step)
+    for r in range(step.num_requests):
+        alone = GumbelMaxSampler(block=128, programs=64).sample(step.select([r]))
+        assert alone.tokens[0].tolist() == whole.tokens[r].tolist()
+
+
+def test_launch_rewrites_every_output_slot():
+    """No fill kernel: the draw writes tokens, -1 pads and counts itself, launch after launch."""
+    step = synthetic_step(85, 400, 5, 3, ks=[0, 3, 1, 0, 2], draft_logits=True)
+    for impl in (StochasticSampler(stats_block=64, draw_block=64, programs=7), GumbelMaxSampler(block=64)):
+        state = impl.prepare(step)
+        first = [x.clone() for x in impl.launch(state)]
+        state.tokens.fill_(12345)
+        state.counts.fill_(77)
+        again = impl.launch(state)
+        assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
 
 
 # ---------------------------------------------------------------------------

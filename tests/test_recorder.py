@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from replay_harness.errors import InputError
-from replay_harness.fixture import Recording
+from replay_harness.recording.store import Recording
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.recorder import Recorder
-from replay_harness.step import ROUTE_CODE
+from replay_harness.recording.recorder import Recorder
+from replay_harness.recording.step import ROUTE_CODE
 
 from helpers import has_model
 
@@ -26,10 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 REAL = ["real-greedy", "real-founding", "real-mixed", "real-topk-topp", "real-seeded", "real-draft-logits"]
 
-# `replay` with the record command registered (the lead registers it in cli.py; register here if missing)
+# `replay` with the record command registered (replay_harness/cli/__init__.py COMMANDS; registered here if missing)
 CLI = ("import sys\n"
        "from replay_harness.cli import app, main\n"
-       "from replay_harness.record_cli import record\n"
+       "from replay_harness.cli.record import record\n"
        "names = {c.name or getattr(c.callback, '__name__', '') for c in app.registered_commands}\n"
        "if 'record' not in names:\n"
        "    app.command()(record)\n"
@@ -94,7 +94,7 @@ def test_round_trip_converts_as_documented(tmp_path):
 def test_record_sample_of_an_impl_replays(tmp_path):
     gen = torch.Generator().manual_seed(1)
     a = _inputs(gen, temperature=[1.0, 0.0])
-    from replay_harness.step import Step
+    from replay_harness.recording.step import Step
 
     step = Step(logits=a["logits"], cu_num_logits=torch.tensor([0, 3, 4], dtype=torch.int32),
                 draft_token_ids=torch.tensor([5, 7, -1, -1], dtype=torch.int32),
@@ -181,8 +181,8 @@ class FakeLM:
 
 
 def test_decode_loop_layout_and_replay(tmp_path):
-    from replay_harness.drafters import NGramDrafter
-    from replay_harness.model import Request, SamplingParams, decode
+    from replay_harness.record.drafters import NGramDrafter
+    from replay_harness.record.model import Request, SamplingParams, decode
 
     lm = FakeLM()
     reqs = [Request(7, "a", [1, 2, 3, 1, 2], SamplingParams(0.0, seed=1)),
@@ -209,7 +209,7 @@ def test_decode_loop_layout_and_replay(tmp_path):
 
 
 def test_ngram_drafter():
-    from replay_harness.drafters import NGramDrafter
+    from replay_harness.record.drafters import NGramDrafter
 
     d = NGramDrafter(min_n=1, max_n=3)
     assert d.propose([1, 2, 3, 9, 1, 2, 3, 4, 1, 2, 3], 3).tokens == [4, 1, 2]  # latest 3-gram match
@@ -219,7 +219,8 @@ def test_ngram_drafter():
 
 def test_per_request_option_parsing():
     from replay_harness.errors import UsageError
-    from replay_harness.record_cli import parse_bytes, parse_list
+    from replay_harness.cli.record import parse_bytes
+    from replay_harness.record.pipeline import parse_list
 
     assert parse_list("--temperature", "0,1.0", 2, float) == [0.0, 1.0]
     assert parse_list("--top-k", "5", 3, int) == [5, 5, 5]

@@ -8,9 +8,9 @@ from scipy import stats
 
 from replay_harness.impls.engine_bug import GreedyOnlySampler, GuardedSampler
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.sampling_params import apply_sampling_params, top_k_top_p_sorted
-from replay_harness.step import ROUTE_CODE, Step
-from replay_harness.synthetic import Case, random_step
+from replay_harness.oracle.sampling_params import apply_sampling_params, top_k_top_p_sorted
+from replay_harness.recording.step import ROUTE_CODE, Step
+from replay_harness.recording.synthetic import Case, random_step
 
 REF = ReferenceSampler()
 

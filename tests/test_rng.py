@@ -2,7 +2,7 @@
 
 Three implementations are checked against each other and against fixed values:
 
-* ``replay_harness.rng``: the torch oracle (CPU here, CUDA on a GPU machine);
+* ``replay_harness.oracle.rng``: the torch oracle (CPU here, CUDA on a GPU machine);
 * ``replay_kernels.rng``: our ``@triton.jit`` device functions;
 * vLLM MRV2's own ``gumbel.py`` (only where ``.peers/vllm_mrv2`` is checked out;
   those tests skip elsewhere, e.g. in CI), plus a pure-Python scalar reference
@@ -36,7 +36,7 @@ import pytest  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from replay_harness import rng as R  # noqa: E402
+from replay_harness.oracle import rng as R  # noqa: E402
 from replay_kernels import rng as K  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]

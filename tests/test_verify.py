@@ -15,9 +15,9 @@ import torch
 from broken_impls import FLAWS, BrokenSampler
 from helpers import cli, write_recording
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.stat_verify import VerifyReport, chi_square, finalize, parse_steps, request_law, verify_step
-from replay_harness.step import Step
-from replay_harness.synthetic import Case
+from replay_harness.checks.verify import VerifyReport, chi_square, finalize, parse_steps, request_law, verify_step
+from replay_harness.recording.step import Step
+from replay_harness.recording.synthetic import Case
 
 TRIALS = 300
 V = 12
@@ -211,8 +211,8 @@ def _peaked_and_plain_step() -> Step:
 
 
 def test_a_request_where_nothing_could_be_tested_is_not_reported_as_ok(tmp_path):
-    from replay_harness.fixture import Emitted, RecordingWriter
-    from replay_harness.verify_cli import unit_result
+    from replay_harness.recording.store import Emitted, RecordingWriter
+    from replay_harness.cli.verify import unit_result
 
     step = _peaked_and_plain_step()
     rep = _verify(ReferenceSampler(), 40, [step])

@@ -4,7 +4,7 @@ Runs when the peer files are present (`../shared/peers/prepare.sh` makes .peers/
 see docs/TESTING.md); skipped otherwise (CI has no .peers). On the CPU the vLLM
 Triton kernels run under TRITON_INTERPRET=1, so vocabularies stay small here.
 
-Steps are SYNTHETIC (replay_harness.synthetic). vLLM takes post-temperature
+Steps are SYNTHETIC (replay_harness.recording.synthetic). vLLM takes post-temperature
 target logits, so both sides get the output of our ``apply_sampling_params``;
 its temperature kernel is checked against ours separately.
 """
@@ -20,9 +20,9 @@ import triton.language as tl
 
 from conftest import PEERS
 from replay_harness.impls.reference import ReferenceSampler
-from replay_harness.near_tie import is_near_tie
-from replay_harness.sampling_params import apply_sampling_params
-from replay_harness.synthetic import Case, random_step
+from replay_harness.oracle.near_tie import is_near_tie
+from replay_harness.oracle.sampling_params import apply_sampling_params
+from replay_harness.recording.synthetic import Case, random_step
 
 pytestmark = pytest.mark.peers
 

@@ -5,7 +5,7 @@
     python tools/make_fixtures.py                 # all of them
     python tools/make_fixtures.py --only real-founding --out-dir /tmp/fx
 
-Each fixture is a `replay record` run (replay_harness.record_cli.run_record) with
+Each fixture is a `replay record` run (replay_harness.record.pipeline.run_record) with
 fixed prompts, parameters and seeds, the model computing in bfloat16 so the
 logits are produced, and stored, as bf16 (98 KiB a row at vocabulary 49,152).
 Batches of 2-3 requests, K <= 2 drafts and 2-3 steps keep every fixture near
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from replay_harness.record_cli import run_record  # noqa: E402
+from replay_harness.record.pipeline import RecordOptions, run_record  # noqa: E402
 
 CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
 DAYS = "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday. Monday, Tuesday,"
@@ -80,8 +80,9 @@ def make(name: str, out_dir: Path) -> dict:
     out = out_dir / name
     if out.exists():
         shutil.rmtree(out)
-    return run_record(**{**COMMON, **spec}, out_path=str(out), overwrite=True,
-                      extra_source={"fixture": name, "purpose": purpose, "generated_by": "tools/make_fixtures.py"})
+    return run_record(RecordOptions(**{**COMMON, **spec}, out_path=str(out), overwrite=True,
+                                    extra_source={"fixture": name, "purpose": purpose,
+                                                  "generated_by": "tools/make_fixtures.py"}))
 
 
 def main() -> None:

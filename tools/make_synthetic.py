@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from replay_harness.synthetic import CASES, write_case
+from replay_harness.recording.synthetic import CASES, write_case
 
 
 def main() -> None:

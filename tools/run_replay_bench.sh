@@ -4,7 +4,8 @@
 # Needs only torch, triton, typer, rich, safetensors, numpy (no matplotlib, no network).
 # Writes (at most 8 files, as the device tool fetches them):
 #   $OUT/log.txt          everything printed; each command is printed before its output, with its exit code
-#   $OUT/all.csv          every measurement of every run (long format, one header)
+#   $OUT/all.csv          every measurement of every run (the long layout of replay_harness/bench/csvlog.py,
+#                         one header, a leading `run` column)
 #   $OUT/runs.tar.gz      per run: NAME.json (the full `--json` document) and NAME.csv
 # Afterwards, here: tar xzf runs.tar.gz && replay bench --plot-from runs/NAME.csv --png NAME.png
 # STOP_ON_FAIL=1: stop at the first unexpected exit code. REPLAY_DEBUG=1: tracebacks for internal errors.

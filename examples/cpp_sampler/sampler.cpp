@@ -245,7 +245,7 @@ uint32_t murmur_fmix(uint32_t h) {
   return h;
 }
 
-// log evaluated in double and rounded to float, as the torch oracle (replay_harness/rng.py) does.
+// log evaluated in double and rounded to float, as the torch oracle (replay_harness/oracle/rng.py) does.
 float log_f32(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
 
 float gumbel_noise(int64_t seed, int64_t pos, uint32_t token) {

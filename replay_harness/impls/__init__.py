@@ -1,17 +1,15 @@
-"""Sampler implementations ("impls") and their registry.
+"""Sampler implementations ("impls") and their registry (the one place names become impls).
 
-An impl is any object with:
-
-    name: str              the name users type after --impl
-    description: str       one line for `replay impls`
-    rng_contract: str      the noise it consumes ("mrv2"); exact token comparison needs equal contracts
-    requires_cuda: bool    True if it cannot run on the CPU (Triton impls run under TRITON_INTERPRET=1)
-    sample(step: Step) -> SampleResult
+What an impl is, every hook and its default: :mod:`replay_harness.impls.contract` (``Sampler``).
+``get_impl`` hands back a ``Sampler`` for every name (third-party objects that do not subclass it are
+wrapped by ``as_sampler``), so callers use the hooks directly and never probe for them.
 
 Built-in impls are listed in BUILTIN as "module:attribute" so that the command
-line imports only what it runs. Third-party impls register through the
-entry-point group ``replay.impls`` (name = impl name, value = "module:ClassOrFactory"),
-or at run time with ``register(name, factory)``.
+line imports only what it runs; adding an impl is one class file plus one line
+here (tests/test_impls.py then checks it against ``reference`` and every fixture).
+Third-party impls register through the entry-point group ``replay.impls``
+(name = impl name, value = "module:ClassOrFactory"), or at run time with
+``register(name, factory)``.
 """
 from __future__ import annotations
 
@@ -19,16 +17,20 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
-from ..errors import EnvironmentProblem, UsageError
+from replay_harness.errors import EnvironmentProblem, UsageError
+from replay_harness.impls.contract import Sampler, as_sampler
 
 ENTRY_POINT_GROUP = "replay.impls"
 BUILTIN: dict[str, str] = {
     "reference": "replay_harness.impls.reference:ReferenceSampler",
     "greedy-only": "replay_harness.impls.engine_bug:GreedyOnlySampler",
     "guarded": "replay_harness.impls.engine_bug:GuardedSampler",
-    "stochastic": "replay_kernels.verify:StochasticSampler",
-    "serial-scan": "replay_kernels.sample:SerialScanSampler",
-    "gumbel-max": "replay_kernels.sample:GumbelMaxSampler",
+    "stochastic": "replay_kernels.stochastic:StochasticSampler",
+    "serial-scan": "replay_kernels.serial_scan:SerialScanSampler",
+    "gumbel-max": "replay_kernels.gumbel_max:GumbelMaxSampler",
+    # the peers (impls/peers.py): optional, loaded from .peers or an install; unavailable -> exit 3 with why
+    "vllm-mrv2": "replay_harness.impls.peers:VllmMrv2Sampler",
+    "flashinfer": "replay_harness.impls.peers:FlashInferSampler",
 }
 _registered: dict[str, Callable[[], Any]] = {}
 
@@ -51,27 +53,27 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def get_impl(name: str, impl_args: list[str] | None = None) -> Any:
-    """An instance of the impl called ``name``; unknown names list the known ones (exit 2).
+def get_impl(name: str, impl_args: list[str] | None = None) -> Sampler:
+    """The impl called ``name`` as a :class:`Sampler`; unknown names list the known ones (exit 2).
 
     ``impl_args`` are the repeated ``--impl-arg`` values; only external impls (``exec:PATH``) take any.
     ``exec:COMMAND`` starts COMMAND (shlex-split, then ``impl_args``) as an external sampler process
-    (replay_harness.external, docs/EXTERNAL.md).
+    (replay_harness.impls.external, docs/EXTERNAL.md).
     """
     if name.startswith("exec:"):
-        from ..external import ExecSampler
+        from replay_harness.impls.external import ExecSampler
 
-        return ExecSampler(name[len("exec:"):], impl_args)
+        return as_sampler(ExecSampler(name[len("exec:"):], impl_args), name)
     if impl_args:
         raise UsageError(f"--impl-arg is only for external impls (exec:PATH), not '{name}'")
     try:
         if name in _registered:
-            return _registered[name]()
+            return as_sampler(_registered[name](), name)
         if name in BUILTIN:
-            return _load(BUILTIN[name])()
+            return as_sampler(_load(BUILTIN[name])(), name)
         eps = _entry_points()
         if name in eps:
-            return eps[name].load()()
+            return as_sampler(eps[name].load()(), name)
     except ImportError as e:
         raise EnvironmentProblem(f"impl '{name}' is unavailable: {e}") from None
     raise UsageError(f"unknown impl '{name}'; known impls: {', '.join(known_names())}")

@@ -21,8 +21,10 @@ import dataclasses
 
 import torch
 
-from ..step import ROUTE_CODE, SampleResult, Step
-from .reference import ReferenceSampler, verify_request
+from replay_harness.impls.contract import Sampler
+from replay_harness.impls.reference import ReferenceSampler
+from replay_harness.oracle.walk import verify_request
+from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step
 
 
 def _greedy_walk(step: Step, r: int) -> list[int]:
@@ -59,11 +61,10 @@ def drafted_greedy(step: Step) -> Step:
     return dataclasses.replace(step, temperature=temp)
 
 
-class GreedyOnlySampler:
+class GreedyOnlySampler(Sampler):
     name = "greedy-only"
     description = "reproduces the engine bug: every speculative step verified greedily, whatever the temperature"
     rng_contract = "mrv2"
-    requires_cuda = False
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
     def __init__(self) -> None:
@@ -71,7 +72,7 @@ class GreedyOnlySampler:
 
     def _stochastic(self):
         if self._kernels is None:
-            from replay_kernels.verify import StochasticSampler  # Triton: imported only when used
+            from replay_kernels.stochastic import StochasticSampler  # Triton: imported only when used
 
             self._kernels = StochasticSampler()
         return self._kernels
@@ -99,11 +100,10 @@ class GreedyOnlySampler:
         return result
 
 
-class GuardedSampler:
+class GuardedSampler(Sampler):
     name = "guarded"
     description = "the small fix: greedy verify at temperature 0, temperature > 0 under drafts refused by name"
     rng_contract = "mrv2"
-    requires_cuda = False
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
     def sample(self, step: Step) -> SampleResult:

@@ -1,104 +1,18 @@
-"""``reference``: the torch oracle, Model Runner V2 semantics, one request at a time.
-
-Per request r with k drafts (rows j = start .. start+k, the last is the bonus row):
-
-* greedy (temperature 0): for each draft, emit argmax(row) (first index on ties);
-  stop at the first draft that differs (or is a -1 placeholder). If all pass,
-  emit argmax of the bonus row.
-* stochastic: accept draft d iff  log p(d) > log u + log q(d), with
-  u = accept_uniform(seed, pos[j]) and q the draft distribution (one-hot, log q = 0,
-  without draft logits). A -1 placeholder ends verification. On rejection,
-  resample from the residual max(p - q, 0) (one-hot: p with d removed); after
-  all accepted, draw the bonus from p. Draws are Gumbel-max with the noise of
-  ``rng.gumbel_noise(seed, pos[row], token)``.
-* k = 0 is the bonus draw alone (greedy-sample / random-sample).
-
-Logits first go through ``apply_sampling_params`` (temperature, min-p, top-k, top-p).
-"""
+"""``reference``: the torch oracle as an impl (the walk itself is :mod:`replay_harness.oracle.walk`)."""
 from __future__ import annotations
 
 import torch
 
-from ..rng import accept_uniform, gumbel_row
-from ..sampling_params import apply_sampling_params
-from ..step import ROUTE_CODE, SampleResult, Step, expected_route
+from replay_harness.impls.contract import Sampler
+from replay_harness.oracle.sampling_params import apply_sampling_params
+from replay_harness.oracle.walk import verify_request
+from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step, expected_route
 
 
-def argmax_first(x: torch.Tensor) -> int:
-    """Index of the maximum, first on ties, NaN treated as -inf (as the kernels do)."""
-    x = torch.nan_to_num(x.float(), nan=float("-inf"), posinf=float("inf"))
-    return int(torch.argmax(x))
-
-
-def residual_logits(target: torch.Tensor, draft_token: int, draft: torch.Tensor | None) -> torch.Tensor:
-    """[V] float32 log of the residual max(p - q, 0) (up to a constant) after rejecting ``draft_token``.
-
-    target: [V] processed target logits; draft: [V] draft logits already divided by
-    the temperature, or None for a one-hot draft.
-    """
-    if draft is None:
-        out = target.clone()
-        out[draft_token] = float("-inf")
-        return out
-    log_p = target - torch.logsumexp(target, 0)
-    log_q = draft - torch.logsumexp(draft, 0)
-    ratio = torch.exp(log_q - log_p)
-    return torch.where(ratio < 1, log_p + torch.log1p(-ratio), torch.full_like(log_p, float("-inf")))
-
-
-def gumbel_draw(scores: torch.Tensor, seed: int, pos: int) -> int:
-    """Gumbel-max draw from unnormalised log-probabilities ``scores`` [V]."""
-    return argmax_first(scores + gumbel_row(seed, pos, scores.shape[0], scores.device))
-
-
-def accept_test(target: torch.Tensor, draft_token: int, draft: torch.Tensor | None, seed: int,
-                pos: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log p(d), log u + log q(d)) for the stochastic accept test; accept iff the first is greater.
-
-    target: [V] processed target logits; draft: [V] draft logits divided by the temperature, or None
-    (one-hot draft, log q = 0).
-    """
-    log_p = target[draft_token] - torch.logsumexp(target, 0)
-    log_q = 0.0 if draft is None else draft[draft_token] - torch.logsumexp(draft, 0)
-    u = accept_uniform(torch.tensor(seed), torch.tensor(pos))
-    return log_p, torch.log(u) + log_q
-
-
-def verify_request(logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
-                   seed: int, draft_logits: torch.Tensor | None) -> list[int]:
-    """Tokens emitted by one request.
-
-    logits [k+1, V] float32 processed; drafts: k ids (-1 = placeholder); positions: k+1;
-    draft_logits [k, V] pre-temperature or None.
-    """
-    k = len(drafts)
-    if temperature == 0.0:
-        out = []
-        for i, d in enumerate(drafts):
-            best = argmax_first(logits[i])
-            out.append(best)
-            if d < 0 or best != d:
-                return out
-        return out + [argmax_first(logits[k])]
-
-    out = []
-    for i, d in enumerate(drafts):
-        if d < 0:  # placeholder: verification ends, draw from the target at this row
-            return out + [gumbel_draw(logits[i], seed, positions[i])]
-        q = None if draft_logits is None else draft_logits[i].float() / temperature
-        log_p, threshold = accept_test(logits[i], d, q, seed, positions[i])
-        if bool(log_p > threshold):
-            out.append(d)
-            continue
-        return out + [gumbel_draw(residual_logits(logits[i], d, q), seed, positions[i])]
-    return out + [gumbel_draw(logits[k], seed, positions[k])]
-
-
-class ReferenceSampler:
+class ReferenceSampler(Sampler):
     name = "reference"
     description = "pure torch oracle, Model Runner V2 semantics (greedy and stochastic verify per request)"
     rng_contract = "mrv2"
-    requires_cuda = False
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
 
     def process(self, step: Step) -> torch.Tensor:

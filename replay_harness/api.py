@@ -1,0 +1,103 @@
+"""The Python API: load a recording, replay it through an impl, compare (docs/INTEGRATION.md).
+
+    from replay_harness.api import load, replay, compare, assert_replays
+    rec = load("fixtures/synthetic-mixed")            # Recording: len(rec), rec[i].step, rec[i].emitted
+    results = replay(rec, "stochastic")                # [SampleResult per step]
+    cmp = compare(rec, "greedy-only", against="reference")
+    cmp.ok, cmp.real_divergences, cmp.violations, cmp.to_dict()
+    assert_replays(rec, my_sampler)                    # AssertionError naming the first problem
+
+``impl`` is a registered name (``replay impls``), ``exec:PROGRAM`` (docs/EXTERNAL.md) or any object with
+``sample(step) -> SampleResult``. ``device``: "cpu" (default; Triton impls then run under
+TRITON_INTERPRET=1), "cuda" or "auto". The same code runs ``replay run``; nothing here prints.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from replay_harness.compare.diff import Comparison
+from replay_harness.recording.step import SampleResult
+from replay_harness.recording.store import Recording
+
+__all__ = ["load", "replay", "compare", "assert_replays", "describe_failure"]
+
+
+def load(path: str | os.PathLike | Recording, *, nan: str = "error") -> Recording:
+    """Open a recording folder (lazy; an ``InputError`` names file, step and field on bad input)."""
+    return path if isinstance(path, Recording) else Recording(path, nan=nan)
+
+
+@contextmanager
+def _opened(impl: Any, device: Any, impl_args: list[str] | None) -> Iterator[Any]:
+    """(sampler, torch.device) for a name or an object; samplers started here are closed on exit."""
+    from replay_harness.compare.runner import load_impl, resolve_device
+    from replay_harness.impls.contract import as_sampler
+
+    dev = resolve_device(device) if isinstance(device, str) else device
+    sampler = load_impl(impl, dev, impl_args) if isinstance(impl, str) else as_sampler(impl)
+    try:
+        yield sampler, dev
+    finally:
+        if isinstance(impl, str):
+            sampler.close()
+
+
+def replay(recording: Any, impl: Any = "reference", *, device: Any = "cpu",
+           impl_args: list[str] | None = None) -> list[SampleResult]:
+    """What ``impl`` emits for every step of ``recording`` (a path or a Recording), on the CPU."""
+    from replay_harness.impls.contract import place
+
+    rec = load(recording)
+    with _opened(impl, device, impl_args) as (sampler, dev):
+        sampler.begin_recording(str(rec.path))
+        out = []
+        for record in rec:
+            res = sampler.sample(place(record.step, sampler, dev))
+            res.tokens, res.counts, res.routes = res.tokens.cpu(), res.counts.cpu(), res.routes.cpu()
+            out.append(res)
+        return out
+
+
+def compare(recording: Any, impl: Any = "reference", *, against: Any = "recorded", device: Any = "cpu",
+            impl_args: list[str] | None = None) -> Comparison:
+    """Replay through ``impl`` and compare with ``against`` ("recorded": what the engine emitted, or an
+    impl); the :class:`Comparison` that ``replay run`` prints (``ok`` tolerates near-ties)."""
+    from replay_harness.compare.runner import run_recording
+
+    rec = load(recording)
+    with _opened(impl, device, impl_args) as (sampler, dev):
+        sampler.begin_recording(str(rec.path))
+        if isinstance(against, str) and against == "recorded":
+            return run_recording(rec, sampler, "recorded", dev)
+        with _opened(against, dev, None) as (other, _):
+            other.begin_recording(str(rec.path))
+            return run_recording(rec, sampler, other, dev)
+
+
+def describe_failure(cmp: Comparison, label: str = "impl") -> str:
+    """One line per problem of a failed comparison (the lines ``replay run`` prints), '' when ok."""
+    lines = [f"routing violation {kind} ({label}): {n} request-steps" for kind, n in cmp.violations_by_kind().items()]
+    lines += [f"routing violation {kind} (against): {n} request-steps"
+              for kind, n in cmp.violations_by_kind("against").items()]
+    if cmp.refused:
+        lines.append(f"{label} refused {len(cmp.refused)} request-steps")
+    for d in cmp.real_divergences[:3]:
+        where = f"step {d.step}, request {d.request_id} (index {d.request})"
+        lines.append(f"divergence at {where}: same tokens, route {d.route} vs {d.against_route}" if d.position is None
+                     else f"divergence at {where}, position {d.position}: {label} emitted {d.token} ({d.route}), "
+                          f"expected {d.against_token} ({d.against_route})")
+    return "\n".join(lines)
+
+
+def assert_replays(recording: Any, impl: Any = "reference", *, against: Any = "recorded", device: Any = "cpu",
+                   impl_args: list[str] | None = None) -> Comparison:
+    """:func:`compare`, raising ``AssertionError`` with :func:`describe_failure`'s lines unless ``ok``."""
+    rec = load(recording)
+    cmp = compare(rec, impl, against=against, device=device, impl_args=impl_args)
+    if not cmp.ok:
+        label = impl if isinstance(impl, str) else getattr(impl, "name", type(impl).__name__)
+        raise AssertionError(f"{rec.path}: {label} does not replay against {against if isinstance(against, str) else 'impl'}:"
+                             f"\n{describe_failure(cmp, str(label))}")
+    return cmp

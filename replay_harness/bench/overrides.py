@@ -1,0 +1,83 @@
+"""What-if parameter overrides on a recorded step (``replay bench --temperature/--top-p/--top-k/--drop-drafts``).
+
+The recorded logits stay as they are; only the per-request sampling parameters change, and
+``drop_drafts`` turns every speculative request into a plain sample: request r keeps only its
+first row (the target distribution at the position it would have sampled without drafts), its
+draft tokens and draft logits are dropped. An overridden step is a what-if, not what the engine
+ran: reports label it with :meth:`Overrides.label`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from replay_harness.errors import UsageError
+from replay_harness.recording.step import PER_REQUEST_FIELDS, Step
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """None / False = keep what was recorded."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    drop_drafts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature is not None and not (self.temperature >= 0.0 and self.temperature < float("inf")):
+            raise UsageError(f"--temperature {self.temperature}: must be finite and >= 0 (0 = greedy)")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise UsageError(f"--top-p {self.top_p}: must be in (0, 1] (1 = off)")
+        if self.top_k is not None and self.top_k < 0:
+            raise UsageError(f"--top-k {self.top_k}: must be >= 0 (0 = off)")
+
+    @property
+    def empty(self) -> bool:
+        return self == Overrides()
+
+    def label(self) -> str:
+        """Short text for tables and CSV: 'T=0,drop-drafts'; '' when nothing is overridden."""
+        parts = []
+        if self.temperature is not None:
+            parts.append(f"T={self.temperature:g}")
+        if self.top_p is not None:
+            parts.append(f"top_p={self.top_p:g}")
+        if self.top_k is not None:
+            parts.append(f"top_k={self.top_k}")
+        if self.drop_drafts:
+            parts.append("drop-drafts")
+        return ",".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "drop_drafts": self.drop_drafts}
+
+
+def apply_overrides(step: Step, ov: Overrides) -> Step:
+    """A new Step with ``ov`` applied (tensors stay on the step's device; the input is not modified).
+
+    drop_drafts: logits [R, V] = the first row of each request; cu_num_logits = 0..R; draft_token_ids
+    all -1; positions of the kept rows; draft_logits None.
+    """
+    if ov.empty:
+        return step
+    per_req = {name: getattr(step, name) for name in PER_REQUEST_FIELDS}
+    r = step.num_requests
+    if ov.temperature is not None:
+        per_req["temperature"] = torch.full_like(step.temperature, ov.temperature)
+    if ov.top_p is not None:
+        per_req["top_p"] = torch.full_like(step.top_p, ov.top_p)
+    if ov.top_k is not None:
+        per_req["top_k"] = torch.full_like(step.top_k, ov.top_k)
+    if not ov.drop_drafts:
+        return Step(logits=step.logits, cu_num_logits=step.cu_num_logits, draft_token_ids=step.draft_token_ids,
+                    positions=step.positions, draft_logits=step.draft_logits, **per_req)
+    first = step.cu_num_logits[:-1].long().to(step.logits.device)
+    dev = step.cu_num_logits.device
+    return Step(logits=step.logits.index_select(0, first),
+                cu_num_logits=torch.arange(r + 1, dtype=torch.int32, device=dev),
+                draft_token_ids=torch.full((r,), -1, dtype=torch.int32, device=step.draft_token_ids.device),
+                positions=step.positions.index_select(0, first.to(step.positions.device)),
+                draft_logits=None, **per_req)

@@ -1,0 +1,286 @@
+"""Clocks and the L2 policy: every timing in `replay bench` and tools/bench_kernels.py goes through here.
+
+Two ways of timing a zero-argument callable ``fn`` (device work only, no host sync inside):
+
+* **interleaved** (:func:`time_calls`, `replay bench`): several sides' calls, each on ROTATING copies of
+  its inputs (enough copies to exceed 2 x L2, :func:`rotation_count`), round by round in alternating
+  order; on CUDA one pair of CUDA events per call behind a ``torch.cuda._sleep`` kernel that keeps the
+  device busy while the host enqueues (so the events measure device time, not launch overhead), the L2
+  evicted (:func:`flush_l2`) between warm-up and timing; elsewhere ``time.perf_counter`` wall-clock.
+* **per mode** (the kernel benchmark): ``eager-cold`` (:func:`time_cold`: triton ``do_bench``, which
+  flushes L2 before every call), ``eager-warm`` (:func:`time_warm`: back-to-back calls, CUDA events),
+  ``graph`` (:func:`time_graph`: G launches captured in one CUDA graph, replays timed, divided by G).
+
+Statistics: :func:`quantiles` (median, p20, p80 of µs values), :func:`bootstrap_ratio` (A/B ratio CI).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+MAX_ROTATION = 256
+ROTATION_CAP_BYTES = 4 << 30
+DEFAULT_L2_BYTES = 50 << 20  # used when torch does not report the L2 size
+SLEEP_CLOCK_HZ = 2.0e9  # cycles per second assumed for torch.cuda._sleep (too long a sleep is harmless)
+MAX_SLEEP_S = 0.5
+
+Call = Callable[[], Any]
+
+
+# -- statistics --------------------------------------------------------------------------------------------
+
+
+def quantiles(xs: list[float]) -> tuple[float, float, float]:
+    """(median, p20, p80) of ``xs`` (linear interpolation, as numpy and torch.quantile)."""
+    med, p20, p80 = np.percentile(np.asarray(xs, dtype=np.float64), [50, 20, 80])
+    return float(med), float(p20), float(p80)
+
+
+def bootstrap_ratio(pairs: list[tuple[list[float], list[float]]], resamples: int = 2000, confidence: float = 0.95,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """(point, lo, hi) of sum_i median(a_i) / sum_i median(b_i).
+
+    Percentile bootstrap: each resample draws the steps with replacement (paired: the same steps for A and
+    B) and, within each drawn step, A's and B's timed calls with replacement.
+    """
+    a_med = np.array([np.median(a) for a, _ in pairs])
+    b_med = np.array([np.median(b) for _, b in pairs])
+    point = float(a_med.sum() / b_med.sum())
+    rng = np.random.default_rng(seed)
+    s = len(pairs)
+    ma = np.stack([np.median(rng.choice(np.asarray(a), size=(resamples, len(a))), axis=1) for a, _ in pairs])
+    mb = np.stack([np.median(rng.choice(np.asarray(b), size=(resamples, len(b))), axis=1) for _, b in pairs])
+    pick = rng.integers(0, s, size=(resamples, s))
+    cols = np.arange(resamples)[:, None]
+    boot = ma[pick, cols].sum(axis=1) / mb[pick, cols].sum(axis=1)
+    alpha = (1.0 - confidence) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return point, float(lo), float(hi)
+
+
+# -- the L2 policy -----------------------------------------------------------------------------------------
+
+
+def l2_bytes(device: torch.device) -> int:
+    """The device's L2 size in bytes; 0 off CUDA."""
+    if device.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or DEFAULT_L2_BYTES)
+
+
+def rotation_count(nbytes: int, l2: int, warm_l2: bool, cap_bytes: int = ROTATION_CAP_BYTES,
+                   max_copies: int = MAX_ROTATION) -> int:
+    """Copies of the inputs to rotate through: enough that they exceed 2 x L2 (at least 2), within caps.
+
+    warm_l2: 1 (the same buffers every call; repeated calls read a warm L2).
+    """
+    if warm_l2:
+        return 1
+    n = max(2, math.ceil(2 * l2 / max(nbytes, 1)))
+    return max(1, min(n, max_copies, cap_bytes // max(nbytes, 1)))
+
+
+def flush_l2(device: torch.device, nbytes: int) -> None:
+    """Evict the L2 cache by writing ``nbytes`` (2 x L2) of scratch; no-op off CUDA or for nbytes <= 0.
+
+    Cloning the rotating copies writes them, so without this the copies made last (all of them when
+    they fit in L2 together, as for one-row steps at the 256-copy cap) would start the timing warm.
+    """
+    if device.type != "cuda" or nbytes <= 0:
+        return
+    torch.empty(int(nbytes), dtype=torch.uint8, device=device).zero_()
+
+
+def rotating(fns: list[Call]) -> Call:
+    """One call that runs the next copy's callable each time (copy 0, 1, ..., wrapping): untimed and
+    timed calls share one cursor, so a timed call never re-reads the copy a warm-up call just read."""
+    cursor = [0]
+
+    def call():
+        fn = fns[cursor[0] % len(fns)]
+        cursor[0] += 1
+        return fn()
+
+    return call
+
+
+# -- interleaved timing (replay bench) ---------------------------------------------------------------------
+
+
+def _event_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def time_calls(calls: dict[str, list[Call]], clocks: dict[str, str], repeats: int, warmup: int,
+               flush: Callable[[], None] | None = None) -> tuple[dict[str, list[float]], dict[str, float | None]]:
+    """Time every side's calls, interleaved: round i calls each side once (order alternating); every call
+    (warm-up or timed) moves that side to its next input copy. ``clocks[key]``: "cuda-events" or
+    "cpu-wall". ``flush`` (evict L2) runs after the untimed calls, before the timed ones.
+    Returns (µs per call per side, device-busy fraction or None per side)."""
+    keys = list(calls)
+    run = {k: rotating(v) for k, v in calls.items()}
+    for key in keys:
+        for _ in range(warmup):
+            run[key]()
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    busy: dict[str, float | None] = {k: None for k in keys}
+    ev_keys = [k for k in keys if clocks[k] == "cuda-events"]
+    wall_keys = [k for k in keys if clocks[k] != "cuda-events"]
+    if ev_keys:
+        times_ev, busy_ev = _time_cuda({k: run[k] for k in ev_keys}, repeats, flush)
+        times.update(times_ev)
+        busy.update(busy_ev)
+    if wall_keys:
+        cuda_sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        if flush is not None and not ev_keys:
+            flush()
+        for rep in range(repeats):
+            for key in (wall_keys if rep % 2 == 0 else wall_keys[::-1]):
+                cuda_sync()
+                t0 = time.perf_counter()
+                run[key]()
+                cuda_sync()
+                times[key].append((time.perf_counter() - t0) * 1e6)
+    return times, busy
+
+
+def _time_cuda(run: dict[str, Call], repeats: int, flush: Callable[[], None] | None = None):
+    """CUDA events around each call; a sleep kernel first so the host enqueues ahead of the device."""
+    keys = list(run)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for key in keys:
+        run[key]()
+    host_round = time.perf_counter() - t0  # host enqueue time of one round (the device may still run)
+    if flush is not None:
+        flush()
+    torch.cuda.synchronize()
+    sleep_s = min(MAX_SLEEP_S, 1.5 * host_round * repeats + 1e-3)
+    events: dict[str, list] = {k: [] for k in keys}
+    sleeper = getattr(torch.cuda, "_sleep", None)  # a private torch helper: absent in some builds
+    if sleeper is not None:
+        sleeper(int(sleep_s * SLEEP_CLOCK_HZ))
+    for rep in range(repeats):
+        for key in (keys if rep % 2 == 0 else keys[::-1]):
+            start, end = _event_pair()
+            start.record()
+            run[key]()
+            end.record()
+            events[key].append((start, end))
+    torch.cuda.synchronize()
+    times = {k: [s.elapsed_time(e) * 1e3 for s, e in events[k]] for k in keys}
+    firsts = [ev[0][0] for ev in events.values() if ev]
+    lasts = [ev[-1][1] for ev in events.values() if ev]
+    span = max(firsts[0].elapsed_time(e) for e in lasts) * 1e3 if firsts else 0.0
+    total = sum(sum(v) for v in times.values())
+    frac = min(1.0, total / span) if span > 0 else None
+    return times, {k: frac for k in keys}
+
+
+# -- per-mode timing (the kernel benchmark) ----------------------------------------------------------------
+
+
+def sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def time_cpu(fn: Call, calls: int = 3) -> tuple[float, float, float]:
+    """Wall-clock (median, p20, p80) µs of ``calls`` calls after one untimed call."""
+    fn()
+    xs = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        xs.append((time.perf_counter() - t) * 1e6)
+    return quantiles(xs)
+
+
+def estimate_ms(fn: Call, cuda: bool, n: int = 3) -> float:
+    """Rough ms per call (one untimed call, then ``n`` back to back)."""
+    fn()
+    sync(cuda)
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync(cuda)
+    return max((time.perf_counter() - t) * 1e3 / n, 1e-3)
+
+
+def time_cold(fn: Call, cuda: bool, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
+    """eager-cold: triton ``do_bench`` (L2 flushed before every call); CPU: :func:`time_cpu`."""
+    if not cuda:
+        return time_cpu(fn)
+    import triton.testing
+
+    r = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    return r[0] * 1e3, r[1] * 1e3, r[2] * 1e3
+
+
+def time_warm(fn: Call, cuda: bool, target_ms: float) -> tuple[float, float, float]:
+    """eager-warm: back-to-back calls for about ``target_ms`` (3..300 calls), CUDA events around each."""
+    if not cuda:
+        return time_cpu(fn)
+    n = int(min(300, max(3, target_ms / estimate_ms(fn, cuda))))
+    ev = [_event_pair() for _ in range(n)]
+    for s, e in ev:
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return quantiles([s.elapsed_time(e) * 1e3 for s, e in ev])
+
+
+def time_graph(fn: Call, launches: int, target_ms: float) -> tuple[float, float, float, int]:
+    """graph: G <= ``launches`` calls captured in one CUDA graph (fewer for calls over 2 ms), replayed
+    for about ``target_ms`` (3..50 replays); (median, p20, p80) µs per launch, and G. CUDA only."""
+    est = estimate_ms(fn, True)
+    g_launches = min(launches if est < 2.0 else max(1, int(20.0 / est)), launches)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(g_launches):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    n = int(min(50, max(3, target_ms / (est * g_launches))))
+    ev = [_event_pair() for _ in range(n)]
+    for a, b in ev:
+        a.record()
+        g.replay()
+        b.record()
+    torch.cuda.synchronize()
+    med, p20, p80 = quantiles([a.elapsed_time(b) * 1e3 / g_launches for a, b in ev])
+    del g
+    return med, p20, p80, g_launches
+
+
+def copy_bandwidth(cuda: bool, gib: float) -> dict:
+    """Device-to-device copy bandwidth (bytes read + written / median): the ceiling a memory-bound kernel
+    is measured against. CPU: a 64 MiB copy, marked as not a GPU ceiling."""
+    if cuda:
+        n = int(gib * 2**30) // 4
+        src = torch.randn(n, device="cuda")
+        dst = torch.empty_like(src)
+        med, p20, p80 = time_cold(lambda: dst.copy_(src), True, warmup_ms=25, rep_ms=200)
+        note = "device-to-device copy, bytes read + written"
+        del src, dst
+        torch.cuda.empty_cache()
+    else:
+        n = 2**24
+        src = torch.randn(n)
+        dst = torch.empty_like(src)
+        med, p20, p80 = time_cpu(lambda: dst.copy_(src))
+        note = "CPU copy (quick mode), not a GPU ceiling"
+    nbytes = 2 * n * 4
+    return dict(bytes=nbytes, median_us=med, p20_us=p20, p80_us=p80, gbps=nbytes / (med * 1e-6) / 1e9, note=note)

@@ -1,0 +1,4 @@
+"""``python -m replay_harness.cli``: the same as the ``replay`` command."""
+from replay_harness.cli import main
+
+main()

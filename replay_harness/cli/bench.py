@@ -1,0 +1,172 @@
+"""`replay bench`: A/B timing on recorded steps, with a coverage guard (the timing: replay_harness.bench).
+
+torch and the bench modules are imported inside :func:`bench`, so ``replay`` starts fast. docs/BENCH.md
+is the user guide.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from replay_harness.cli.common import JsonOpt, NanOpt, device_opt, err, impl_arg_opt, impl_opt, out
+from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, UsageError
+
+ImplOpt = impl_opt("Impl A (`replay impls` lists them).", optional=True)
+ImplArgOpt = impl_arg_opt("(exec:...); repeatable.")
+DeviceOpt = device_opt("CPU: wall-clock, Triton interpreter, not representative.")
+
+
+def _parse_expect(values: list[str] | None) -> list[tuple[str | None, str]]:
+    from replay_harness.recording.step import ROUTES
+
+    out = []
+    for v in values or []:
+        key, _, route = v.rpartition(":") if ":" in v else (None, "", v)
+        key = key or None
+        if key not in (None, "A", "B") or route not in ROUTES:
+            raise UsageError(f"--expect-route {v!r}: expected ROUTE, A:ROUTE or B:ROUTE with ROUTE one of "
+                             + ", ".join(ROUTES))
+        out.append((key, route))
+    return out
+
+
+def _check_outputs(**paths: str | None) -> None:
+    """Refuse an output file whose folder does not exist BEFORE the benchmark runs (not after, as an
+    internal error that also hides the verdict)."""
+    import os
+
+    for opt, path in paths.items():
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise UsageError(f"--{opt.replace('_', '-')} {path}: folder {folder} does not exist")
+
+
+def bench(
+    paths: Optional[List[str]] = typer.Argument(None, help="Recording folders (derived ones from `replay synth` too)."),
+    impl: ImplOpt = None,
+    vs: Optional[str] = typer.Option(None, "--vs", help="Impl B, timed interleaved with A; the report gives "
+                                                         "time(A)/time(B) with a bootstrap CI."),
+    impl_arg: ImplArgOpt = None,
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="What-if: every request at this "
+                                                                            "temperature (0 = greedy)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="What-if: every request at this top-p."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="What-if: every request at this top-k (0 = off)."),
+    drop_drafts: bool = typer.Option(False, "--drop-drafts", help="What-if: speculative requests become plain "
+                                                                  "samples of their first row."),
+    vs_temperature: Optional[float] = typer.Option(None, "--vs-temperature", help="B's temperature (A keeps "
+                                                   "--temperature); without --vs, B is A's impl. The cheap check: "
+                                                   "--drop-drafts --temperature 0 --vs-temperature 1."),
+    expect_route: Optional[List[str]] = typer.Option(None, "--expect-route", help="Require ROUTE (or A:ROUTE / "
+                                                     "B:ROUTE) to be taken by some request, else exit 4; "
+                                                     "repeatable; replaces the default stochastic-route check."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed calls per step and impl (default 20 "
+                                                                  "on CUDA, 3 on the CPU)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed calls before timing (default 3 on "
+                                                                "CUDA, 1 on the CPU)."),
+    warm_l2: bool = typer.Option(False, "--warm-l2", help="Reuse one input copy (warm L2) instead of rotating "
+                                                          "copies larger than 2x L2."),
+    split_routes: bool = typer.Option(False, "--split-routes", help="Time each step's requests per expected "
+                                                                    "route separately (a sub-step each)."),
+    device: DeviceOpt = "auto",
+    nan: NanOpt = "error",
+    as_json: JsonOpt = False,
+    json_file: Optional[str] = typer.Option(None, "--json-file", help="Also write the JSON document here."),
+    csv_file: Optional[str] = typer.Option(None, "--csv", help="Write one long-format CSV row per measurement."),
+    png: Optional[str] = typer.Option(None, "--png", help="Write a plot (time per step by impl and route); "
+                                                          "needs matplotlib."),
+    plot_from: Optional[str] = typer.Option(None, "--plot-from", help="Only render --png from a CSV that "
+                                                                      "`replay bench --csv` wrote."),
+    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples of the A/B ratio CI."),
+) -> None:
+    """Time impls on recorded steps (A vs B interleaved), and prove the code under test ran.
+
+    Exit 0: conclusive; 4: INCONCLUSIVE (the path under test never ran: no stochastic route, an
+    --expect-route not taken, every request refused, or A and B identical), never reported as
+    'no difference'; 2: bad input or usage; 3: environment. Routing violations are reported, not failed.
+
+    Example: replay bench fixtures/real-founding --impl greedy-only --vs stochastic
+    """
+    _check_outputs(json_file=json_file, csv=csv_file, png=png)
+    if plot_from:
+        if not png:
+            raise UsageError("--plot-from needs --png OUT.png")
+        from replay_harness.bench.report import plot_rows, read_csv
+
+        rows = read_csv(plot_from)
+        try:
+            plot_rows(rows, png)
+        except ImportError:
+            from replay_harness.errors import EnvironmentProblem
+            raise EnvironmentProblem("--png needs matplotlib (pip install 'replay-sampler-harness[bench]')") from None
+        out.print(f"wrote {png} from {plot_from} ({len(rows)} rows)")
+        raise typer.Exit(EXIT_OK)
+    if not paths:
+        raise UsageError("give at least one recording folder (or --plot-from CSV --png PNG)")
+    if not impl:
+        raise UsageError("--impl NAME is required (`replay impls` lists them)")
+    expect = _parse_expect(expect_route)
+
+    from replay_harness.bench.ab import Side, run_bench
+    from replay_harness.bench.overrides import Overrides
+    from replay_harness.bench.report import csv_rows, dumps, plot_rows, print_tables, to_json, write_csv
+    from replay_harness.compare.runner import load_impl, resolve_device
+    from replay_harness.recording.store import Recording
+
+    dev = resolve_device(device)
+    cuda = dev.type == "cuda"
+    repeats = repeats if repeats is not None else (20 if cuda else 3)
+    warmup = warmup if warmup is not None else (3 if cuda else 1)
+    if repeats < 1 or warmup < 0 or resamples < 100:
+        raise UsageError("--repeats must be >= 1, --warmup >= 0, --resamples >= 100")
+    ov_a = Overrides(temperature=temperature, top_p=top_p, top_k=top_k, drop_drafts=drop_drafts)
+    ov_b = Overrides(temperature=vs_temperature if vs_temperature is not None else temperature, top_p=top_p,
+                     top_k=top_k, drop_drafts=drop_drafts)
+    recs = [Recording(p, nan=nan) for p in paths]
+    names = [impl] + ([vs or impl] if (vs or vs_temperature is not None) else [])
+    args = list(impl_arg or [])
+    any_external = any(n.startswith("exec:") for n in names)
+
+    def impl_args_for(name: str) -> list[str] | None:
+        # external impls take --impl-arg; a built-in given one is refused by get_impl (exit 2)
+        if not args:
+            return None
+        return args if (name.startswith("exec:") or not any_external) else None
+
+    sides = [Side("A", names[0], load_impl(names[0], dev, impl_args_for(names[0])), ov_a)]
+    if len(names) == 2:
+        sides.append(Side("B", names[1], load_impl(names[1], dev, impl_args_for(names[1])), ov_b))
+    try:
+        total = sum(len(r) for r in recs)
+        done = [0]
+
+        def progress(text: str) -> None:
+            done[0] += 1
+            if err.is_terminal:
+                err.print(f"[{done[0]}/{total}] {text}")
+
+        result = run_bench(recs, sides, dev, repeats=repeats, warmup=warmup, warm_l2=warm_l2,
+                           split_routes=split_routes, expect_routes=expect, resamples=resamples, on_step=progress)
+    finally:
+        for side in sides:
+            side.impl.close()
+    code = EXIT_OK if result.verdict.conclusive else EXIT_INCONCLUSIVE
+    doc = to_json(result, code)
+    if json_file:
+        with open(json_file, "w") as f:
+            f.write(dumps(doc) + "\n")
+    rows = csv_rows(result)
+    if csv_file:
+        write_csv(csv_file, rows)
+    if as_json:
+        print(dumps(doc))
+    else:
+        print_tables(result, out, code)
+    if png:
+        try:
+            plot_rows(rows, png)
+        except ImportError:
+            err.print(f"replay: warning: matplotlib is not installed: {png} not written; render it later with "
+                      f"`replay bench --plot-from {csv_file or 'BENCH.csv'} --png {png}`")
+    raise typer.Exit(code)

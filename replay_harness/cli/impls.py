@@ -1,0 +1,36 @@
+"""`replay impls`: the sampler implementations --impl accepts (the registry: replay_harness.impls)."""
+from __future__ import annotations
+
+from rich.table import Table
+
+from replay_harness.cli.common import JsonOpt, out, print_json
+from replay_harness.errors import ReplayError
+
+
+def impls(as_json: JsonOpt = False) -> None:
+    """List the sampler implementations --impl accepts (builtins, replay.impls plugins, exec:PROGRAM).
+
+    Example: replay impls --json
+    """
+    from replay_harness.impls import BUILTIN, get_impl, known_names
+
+    rows = []
+    for name in known_names():
+        source = "builtin" if name in BUILTIN else "plugin"
+        try:
+            impl = get_impl(name)
+            rows.append({"name": name, "description": impl.description, "rng_contract": impl.rng_contract,
+                         "requires_cuda": impl.requires_cuda, "available": True, "source": source})
+        except ReplayError as e:
+            rows.append({"name": name, "description": str(e), "rng_contract": None, "requires_cuda": None,
+                         "available": False, "source": source})
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="impls")
+    for col in ("name", "rng", "cuda only", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], str(r["rng_contract"]), str(r["requires_cuda"]), r["description"])
+    table.caption = "and exec:PROGRAM [--impl-arg ARG ...]: an external sampler process (docs/EXTERNAL.md)"
+    out.print(table)

@@ -1,0 +1,52 @@
+"""`replay inspect`: what a recording holds (the numbers come from replay_harness.recording.summary)."""
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+from replay_harness.cli.common import JsonOpt, RecordingArg, out, print_json
+
+
+def inspect(path: RecordingArg, as_json: JsonOpt = False) -> None:
+    """Show what a recording holds: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes.
+
+    Exit 0, or 2 when the folder is not a readable recording.
+
+    Example: replay inspect fixtures/real-founding --json
+    """
+    from replay_harness.recording.store import Recording
+    from replay_harness.recording.summary import summarize
+
+    s = summarize(Recording(path))
+    if as_json:
+        print_json(s)
+        return
+    table = Table(title=f"{path}" + (" (synthetic)" if s["synthetic"] else ""), show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    rows = [
+        ("schema", f"{s['schema']}  complete={s['complete']}  rng={s['rng_contract']}"),
+        ("source", _clip(json.dumps(s["source"], sort_keys=True), 200)),
+        ("steps / requests / rows", f"{s['steps']} / {s['requests']} / {s['rows']}"),
+        ("vocab", str(s["vocab_size"])),
+        ("logits shapes", ", ".join(f"{k} x{v}" for k, v in s["logits_shapes"].items())),
+        ("logits dtypes", ", ".join(f"{k} x{v}" for k, v in s["logits_dtypes"].items())),
+        ("drafts per request (k: count)", ", ".join(f"{k}: {v}" for k, v in s["drafts_per_request"].items())),
+        ("greedy / stochastic requests", f"{s['greedy_requests']} / {s['stochastic_requests']}"),
+        ("top-k / top-p / min-p requests", f"{s['top_k_requests']} / {s['top_p_requests']} / {s['min_p_requests']}"),
+        ("steps with draft logits", str(s["steps_with_draft_logits"])),
+        ("recorded routes", ", ".join(f"{k}: {v}" for k, v in s["recorded_routes"].items()) or "not recorded"),
+        ("acceptance by position", ", ".join(f"{k}: {v:.2f}" for k, v in s["acceptance_rate_by_position"].items())
+         or "no drafts"),
+        ("mean accepted drafts", "-" if s["mean_accepted_drafts"] is None else f"{s['mean_accepted_drafts']:.2f}"),
+        ("bytes on disk", f"{s['bytes_on_disk']:,}"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    out.print(table)
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, marked with ' …' when cut."""
+    return text if len(text) <= limit else text[:limit - 2].rstrip() + " …"

@@ -1,0 +1,130 @@
+"""`replay run`: replay recordings through an impl and compare tokens, counts and routes.
+
+The replay and the comparison live in :mod:`replay_harness.compare`; this module parses the options and
+prints (a table, or one JSON document with --json). torch comes in with it, inside :func:`run`.
+"""
+from __future__ import annotations
+
+import json
+from typing import List
+
+import typer
+from rich.table import Table
+
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, NanOpt, RecordingsArg, device_opt, ids,
+                                       impl_arg_opt, impl_opt, out, print_json, progress)
+from replay_harness.errors import EXIT_MISMATCH, EXIT_OK, UsageError
+
+ImplOpt = impl_opt("Sampler implementation to replay through (`replay impls` lists them).")
+ImplArgOpt = impl_arg_opt("(exec:PROGRAM), repeatable; goes to --impl if it is exec:, else to --against "
+                          "(docs/EXTERNAL.md).")
+DeviceOpt = device_opt("On the CPU, Triton impls run under TRITON_INTERPRET=1 (correct, slow).")
+
+
+def run(
+    paths: RecordingsArg,
+    impl: ImplOpt = "reference",
+    against: str = typer.Option("recorded", "--against", help="What to compare with: 'recorded' (what the "
+                                                                "engine emitted) or another impl's name "
+                                                                "(exec:PROGRAM too)."),
+    impl_arg: ImplArgOpt = None,
+    impl_timeout: ImplTimeoutOpt = None,
+    device: DeviceOpt = "auto",
+    nan: NanOpt = "error",
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay every step through --impl and compare tokens, counts and routes with --against.
+
+    Exit 0 when everything matches (floating-point near-ties are reported but tolerated), 1 on a real
+    token divergence, a routing violation or a refused request, 2 on bad input, 3 when the impl cannot
+    run here.
+
+    An external program (any language) is an impl too: --impl exec:./my_sampler (docs/EXTERNAL.md);
+    exit 3 when it crashes, hangs past --impl-timeout or answers garbage.
+
+    Example: replay run fixtures/synthetic-mixed --impl greedy-only --against reference
+    """
+    from contextlib import ExitStack
+
+    from replay_harness.compare.runner import load_impl, resolve_device, run_recording
+    from replay_harness.recording.store import Recording
+
+    if impl_timeout is not None and not impl_timeout > 0:
+        raise UsageError(f"--impl-timeout must be > 0 seconds, got {impl_timeout:g}")
+    exec_impl, exec_against = impl.startswith("exec:"), against.startswith("exec:")
+    if impl_timeout is not None and not (exec_impl or exec_against):
+        raise UsageError("--impl-timeout is only for external impls (--impl or --against exec:PROGRAM)")
+    args_for_against = bool(impl_arg) and exec_against and not exec_impl
+    dev = resolve_device(device)
+    recs = [Recording(p, nan=nan) for p in paths]
+    results = []
+    with ExitStack() as stack:  # external programs are stopped at the end, also on errors
+        sampler = load_impl(impl, dev, None if args_for_against else impl_arg)
+        stack.callback(sampler.close)
+        loaded = [sampler]
+        other = against
+        if against != "recorded":
+            other = load_impl(against, dev, impl_arg if args_for_against else None)
+            stack.callback(other.close)
+            loaded.append(other)
+        for s in loaded:
+            if impl_timeout is not None and s.external:
+                s.timeout = impl_timeout
+        with progress(f"replay {impl}", sum(len(r) for r in recs)) as bar:
+            task = bar.add_task("steps", total=sum(len(r) for r in recs))
+            for path, rec in zip(paths, recs):
+                for s in loaded:
+                    s.begin_recording(path)
+                results.append((rec, run_recording(rec, sampler, other, dev, on_step=lambda: bar.advance(task))))
+    ok = all(c.ok for _, c in results)
+    if as_json:
+        doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": ok,
+               "exit_code": EXIT_OK if ok else EXIT_MISMATCH,
+               "recordings": [{"path": p, "synthetic": r.synthetic, **c.to_dict()}
+                              for p, (r, c) in zip(paths, results)]}
+        if out.is_terminal:
+            out.print_json(json.dumps(doc, sort_keys=True))
+        else:
+            print_json(doc)
+    else:
+        _print_table(impl, against, paths, results)
+    raise typer.Exit(EXIT_OK if ok else EXIT_MISMATCH)
+
+
+def _print_table(impl: str, against: str, paths: List[str], results: list) -> None:
+    """One row per recording, then per recording: violations, refusals, notes and the first divergence."""
+    table = Table(title=f"replay run --impl {impl} --against {against}")
+    for col in ("recording", "steps", "requests", "tokens", "matched", "near-ties", "violations", "refused",
+                "result"):
+        table.add_column(col, justify="left" if col == "recording" else "right")
+    for path, (rec, c) in zip(paths, results):
+        label = path + (" (synthetic)" if rec.synthetic else "")
+        table.add_row(label, str(c.steps), str(c.requests), str(c.tokens_compared), str(c.tokens_matched),
+                      str(c.near_ties), str(len(c.violations)), str(len(c.refused)), "ok" if c.ok else "FAIL")
+    out.print(table)
+    for path, (rec, c) in zip(paths, results):
+        for kind, n in c.violations_by_kind("impl").items():
+            request_ids = sorted({v.request_id for v in c.violations if v.kind == kind})
+            out.print(f"{path}: routing violation {kind} ({impl}): {n} request-steps; request ids "
+                      f"{ids(request_ids)}")
+        for kind, n in c.violations_by_kind("against").items():
+            request_ids = sorted({v.request_id for v in c.against_violations if v.kind == kind})
+            out.print(f"{path}: routing violation {kind} ({against}): {n} request-steps; request ids "
+                      f"{ids(request_ids)}")
+        if c.refused:
+            out.print(f"{path}: {impl} refused {len(c.refused)} request-steps; request ids "
+                      f"{ids(sorted({r for _, r in c.refused}))}")
+        for note in sorted(set(n for n in c.notes if "refused" not in n))[:5]:
+            out.print(f"{path}: note: {note}")
+        if c.divergences:
+            d = (c.real_divergences or c.divergences)[0]
+            kind = "floating-point near-tie" if d.near_tie else "real divergence"
+            margin = "" if d.margin is None else f", decision margin {d.margin:.3g}"
+            where = f"{path}: first {kind}: step {d.step}, request {d.request_id} (index {d.request})"
+            if d.position is None:
+                out.print(f"{where}: same tokens, but {impl} took route {d.route} and {against} {d.against_route}")
+            else:
+                out.print(f"{where}, position {d.position}: {impl} emitted {d.token} ({d.route}), {against} "
+                          f"emitted {d.against_token} ({d.against_route}){margin}")
+            if c.near_ties:
+                out.print(f"{path}: {c.near_ties} divergent request(s) are near-ties (tolerated)")

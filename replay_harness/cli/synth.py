@@ -1,0 +1,38 @@
+"""`replay synth`: derive production-shape steps (R, k, V) from a real recording (replay_harness.recording.derive)."""
+from __future__ import annotations
+
+import typer
+
+from replay_harness.cli.common import print_json
+
+
+def synth(
+    source: str = typer.Argument(..., help="A real recording to take logits rows from."),
+    out_path: str = typer.Option(..., "--out", help="Folder for the derived recording."),
+    batch: int = typer.Option(..., "--batch", help="Requests per step (R)."),
+    drafts: int = typer.Option(0, "--drafts", help="Drafts per request (k; 0 = plain samples)."),
+    vocab: int = typer.Option(..., "--vocab", help="Vocabulary size (up to 262,144)."),
+    steps: int = typer.Option(2, "--steps", help="Steps to derive."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the resampling and the request seeds."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the derived manifest as JSON."),
+) -> None:
+    """Build DERIVED steps at a production shape (R, k, V) from a real recording's logits rows.
+
+    Rows are tiled; each row keeps its 64 largest logits and their probabilities, the rest is extended by
+    resampling the row's own values (tail mass kept). The output is labelled derived/synthetic; emitted
+    tokens are empty (compare impls with each other). Example:
+    replay synth fixtures/real-founding --out /tmp/v248k --batch 64 --drafts 4 --vocab 248320
+    """
+    from replay_harness.recording.derive import write_derived
+    from replay_harness.recording.store import Recording
+
+    path = write_derived(source, out_path, batch=batch, drafts=drafts, vocab=vocab, steps=steps, seed=seed,
+                         overwrite=overwrite)
+    manifest = Recording(path).manifest
+    if as_json:
+        print_json(manifest)
+    else:
+        d = manifest["derived"]
+        print(f"wrote {path}: {steps} derived/synthetic step(s), R={batch} k={drafts} V={vocab} from {d['from']} "
+              f"(V={d['from_vocab_size']}); {d['argmax_draft_rows']} draft row(s) use the row argmax")

@@ -1,0 +1,169 @@
+"""`replay verify`: does an impl sample from the right distribution? (statistics: replay_harness.checks.verify)
+
+torch, numpy and scipy are imported inside :func:`verify`, so ``replay`` starts fast. docs/VERIFY.md is
+the method.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from replay_harness.cli.common import JsonOpt, device_opt, impl_arg_opt, impl_opt, out, print_json, progress
+from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
+
+MAX_FAILURE_LINES = 20
+ImplOpt = impl_opt("Sampler implementation to verify (`replay impls`).")
+ImplArgOpt = impl_arg_opt("(exec:PROGRAM), repeatable.")
+DeviceOpt = device_opt("On the CPU, Triton impls run under TRITON_INTERPRET=1 (slow).")
+
+
+def verify(
+    paths: Optional[List[str]] = typer.Argument(None, help="Recording folders. None: built-in SYNTHETIC steps "
+                                                "(vocabulary 64: one-hot and draft-logit drafts, greedy, "
+                                                "top-k/top-p/min-p, placeholders)."),
+    impl: ImplOpt = "reference",
+    trials: int = typer.Option(400, "--trials", help="Runs of every request, each with its own seed (half of "
+                                                     "them twins: same seed, shifted positions). Runtime is "
+                                                     "linear in it; power grows with it."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="Steps to verify in every recording, e.g. 0 or "
+                                                              "0,2 or 1-3 (default: all)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the trial seeds (same seed, same trials)."),
+    alpha: float = typer.Option(1e-3, "--alpha", help="Family-wise false-alarm rate: each of the m tests "
+                                                      "must reach p >= alpha/m (Bonferroni); exact for the "
+                                                      "binomial tests, about 2x liberal for chi-squared ones "
+                                                      "(docs/VERIFY.md)."),
+    recorded_drafts: bool = typer.Option(False, "--recorded-drafts", help="On steps with draft logits, keep "
+                                         "the recorded drafts in every trial (exact conditional law) instead of "
+                                         "drawing them from the draft distribution q (default)."),
+    no_twins: bool = typer.Option(False, "--no-twins", help="Give every trial its own seed and skip the "
+                                  "independence test (for impls whose RNG contract does not key noise by position)."),
+    impl_arg: ImplArgOpt = None,
+    device: DeviceOpt = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Check statistically that --impl samples from the right distribution.
+
+    Every request of every chosen step is re-run --trials times with distinct seeds. Per position, the
+    emitted tokens are tested against the exact law after sampling params (chi-squared, sparse bins
+    merged), the acceptance rate against the theoretical one (binomial), twin runs for independent
+    noise (binomial), greedy requests for the exact argmax walk. Exit 0 when every test passes, 1 when
+    a test fails (position and statistic named) or requests were refused (not verifiable), 2 on bad
+    input, 3 when the impl cannot run here, 4 when nothing could be tested.
+
+    Example: replay verify fixtures/real-founding --impl greedy-only
+    """
+    import numpy as np
+
+    from replay_harness.recording.store import Recording
+    from replay_harness.compare.runner import load_impl, resolve_device
+    from replay_harness.checks.verify import VerifyReport, builtin_steps, finalize, parse_steps, verify_step
+
+    if trials < 2:
+        raise UsageError(f"--trials must be at least 2, got {trials}")
+    if not 0 < alpha < 1:
+        raise UsageError(f"--alpha must lie in (0, 1), got {alpha:g}")
+    dev = resolve_device(device)
+    sources = []  # (label, synthetic, [(index, step)]) -- steps are read lazily
+    if paths:
+        for p in paths:
+            rec = Recording(p)
+            try:
+                chosen = parse_steps(steps, len(rec))
+            except ValueError as e:
+                raise UsageError(f"--steps for {p}: {e}") from None
+            sources.append((p, rec.synthetic, rec, chosen))
+    else:
+        built = builtin_steps()
+        try:
+            chosen = parse_steps(steps, len(built))
+        except ValueError as e:
+            raise UsageError(f"--steps for the built-in steps: {e}") from None
+        sources.append(("built-in (synthetic)", True, built, chosen))
+
+    sampler = load_impl(impl, dev, impl_arg)
+    report = VerifyReport(impl=impl, trials=trials + trials % 2, seed=seed, alpha=alpha,
+                          drafts="recorded" if recorded_drafts else "sampled")
+    rng = np.random.default_rng(seed)
+    try:
+        with progress("verify") as bar:
+            task = bar.add_task("runs", total=None)
+            for label, _, rec, chosen in sources:
+                if label in (paths or []):
+                    sampler.begin_recording(label)
+                for i in chosen:
+                    step = rec[i].step if isinstance(rec, Recording) else rec[i]
+                    report.units += verify_step(label, i, step, sampler, trials, rng, dev,
+                                                on_chunk=lambda n: bar.advance(task, 2 * n),
+                                                sample_drafts=not recorded_drafts, twins=not no_twins)
+    finally:
+        sampler.close()
+    finalize(report)
+    code = EXIT_OK if report.ok else EXIT_MISMATCH
+    if report.ok and not report.checks:
+        code = EXIT_INCONCLUSIVE
+    if as_json:
+        doc = {**report.to_dict(), "exit_code": code,
+               "recordings": [{"path": label, "synthetic": syn, "steps": chosen}
+                              for label, syn, _, chosen in sources]}
+        print_json(doc, default=float)
+    else:
+        _print(report, sources, code)
+    raise typer.Exit(code)
+
+
+def _fmt_p(p: float) -> str:
+    return "0" if p == 0 else f"{p:.3g}"
+
+
+def unit_result(u) -> str:
+    """The table's result cell: a request with no test run is "not testable", never "ok"."""
+    if u.status == "refused":
+        return "refused"
+    if u.status in ("skipped", "untestable") or not u.checks:
+        return "not testable"
+    return "FAIL" if u.failed else "ok"
+
+
+def _print(report, sources, code: int) -> None:
+    """The table (one row per request), one line per failed test and refusal, and the verdict."""
+    table = Table(title=f"replay verify --impl {report.impl}  ({report.trials} trials per request, "
+                        f"alpha {report.alpha:g})")
+    for col in ("recording", "step", "request", "temp", "k", "route", "tests", "min p", "result"):
+        table.add_column(col, justify="left" if col in ("recording", "route") else "right")
+    for u in report.units:
+        ps = [c.p_value for c in u.checks if c.p_value is not None]
+        result = unit_result(u)
+        table.add_row(u.recording, str(u.step), str(u.request_id), f"{u.temperature:g}", str(u.num_drafts),
+                      ",".join(u.routes), str(len(u.checks)), _fmt_p(min(ps)) if ps else "-", result)
+    out.print(table)
+    thr = report.threshold
+    for c in report.failures[:MAX_FAILURE_LINES]:
+        where = f"{c.recording}: step {c.step}, request {c.request_id} (index {c.request})"
+        if c.position is not None:
+            where += f", position {c.position}"
+        if c.kind == "distribution":
+            stat = f"chi2 = {c.statistic:.1f}, df = {c.df}, p = {_fmt_p(c.p_value)} < {thr:.2g}"
+        elif c.statistical:
+            stat = f"binomial: {int(c.statistic)} of {c.n}, p = {_fmt_p(c.p_value)} < {thr:.2g}"
+        else:
+            stat = "exact check"
+        out.print(f"{where}: {c.kind} test FAILED ({stat}): {c.message}")
+    if len(report.failures) > MAX_FAILURE_LINES:
+        out.print(f"... and {len(report.failures) - MAX_FAILURE_LINES} more failed tests (--json lists all)")
+    for u in report.refused:
+        out.print(f"{u.recording}: step {u.step}, request {u.request_id} (index {u.request}): "
+                  f"{'; '.join(u.notes)} (route {','.join(u.routes)})")
+    m, failed = report.num_statistical, report.failures
+    exact = [c for c in report.checks if not c.statistical]
+    stat_failed = sum(c.statistical for c in failed)
+    summary = (f"{m} statistical tests (per-test threshold p >= {thr:.2g}: family-wise false-alarm rate "
+               f"{report.alpha:g}, Bonferroni), {stat_failed} failed; {len(exact)} exact checks, "
+               f"{len(failed) - stat_failed} failed; {len(report.refused)} request(s) refused"
+               if m else f"no statistical test ran; {len(exact)} exact checks, {len(failed)} failed; "
+                         f"{len(report.refused)} request(s) refused")
+    if report.untestable:
+        summary += f"; {len(report.untestable)} request(s) not testable"
+    verdict = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[code]
+    out.print(f"{verdict}: {report.impl}: {summary}")

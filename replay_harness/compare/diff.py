@@ -1,0 +1,142 @@
+"""Compare what two samplers emitted for the same steps: tokens, counts, routes.
+
+Pure functions returning dataclasses; printing lives in :mod:`replay_harness.cli.run`.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from replay_harness.oracle.near_tie import is_near_tie
+from replay_harness.recording.step import SampleResult, Step, route_name
+
+
+@dataclass
+class Divergence:
+    step: int
+    request: int          # index in the step
+    request_id: int       # the engine's id
+    position: int | None  # first output slot that differs; None: same tokens, different route
+    token: int | None     # what the impl under test emitted there (-1: nothing)
+    against_token: int | None  # what the other side emitted there
+    route: str
+    against_route: str
+    near_tie: bool
+    margin: float | None  # decision margin under the reference (nats)
+
+
+@dataclass
+class Violation:
+    step: int
+    request_id: int
+    expected: str
+    got: str
+
+    @property
+    def kind(self) -> str:
+        return f"{self.expected} -> {self.got}"
+
+
+@dataclass
+class Comparison:
+    """Totals over the steps of one recording."""
+
+    steps: int = 0
+    requests: int = 0
+    requests_matched: int = 0
+    tokens_compared: int = 0
+    tokens_matched: int = 0
+    stochastic_skipped: int = 0  # requests not compared token by token (RNG contracts differ)
+    divergences: list[Divergence] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)          # impl under test
+    against_violations: list[Violation] = field(default_factory=list)  # the other side (e.g. the engine)
+    refused: list[tuple[int, int]] = field(default_factory=list)       # (step, request_id)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def real_divergences(self) -> list[Divergence]:
+        return [d for d in self.divergences if not d.near_tie]
+
+    @property
+    def near_ties(self) -> int:
+        return sum(d.near_tie for d in self.divergences)
+
+    def violations_by_kind(self, which: str = "impl") -> dict[str, int]:
+        items = self.violations if which == "impl" else self.against_violations
+        return dict(sorted(Counter(v.kind for v in items).items()))
+
+    @property
+    def ok(self) -> bool:
+        return not (self.real_divergences or self.violations or self.against_violations or self.refused)
+
+    def to_dict(self) -> dict:
+        first = self.divergences[0] if self.divergences else None
+        first_real = self.real_divergences[0] if self.real_divergences else None
+        return {
+            "ok": self.ok, "steps": self.steps, "requests": self.requests,
+            "requests_matched": self.requests_matched, "tokens_compared": self.tokens_compared,
+            "tokens_matched": self.tokens_matched, "stochastic_requests_not_compared": self.stochastic_skipped,
+            "divergent_requests": len(self.divergences), "near_ties": self.near_ties,
+            "first_divergence": asdict(first) if first else None,
+            "first_real_divergence": asdict(first_real) if first_real else None,
+            "routing_violations": self.violations_by_kind("impl"),
+            "routing_violation_requests": [asdict(v) for v in self.violations[:20]],
+            "against_routing_violations": self.violations_by_kind("against"),
+            "refused": [{"step": s, "request_id": r} for s, r in self.refused[:50]],
+            "refused_count": len(self.refused), "notes": self.notes,
+        }
+
+
+def _check_routes(step_index: int, step: Step, routes: list[str], out: list[Violation]) -> None:
+    for r, (want, got) in enumerate(zip(step.expected_routes(), routes)):
+        if got not in (want, "refused", "unknown"):
+            out.append(Violation(step_index, int(step.request_ids[r]), want, got))
+
+
+def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, b: SampleResult,
+                 *, exact_stochastic: bool = True) -> None:
+    """Fold one step's comparison of ``a`` (impl under test) against ``b`` into ``cmp``."""
+    cmp.steps += 1
+    cmp.requests += step.num_requests
+    routes_a, routes_b = a.route_names(), b.route_names()
+    _check_routes(step_index, step, routes_a, cmp.violations)
+    _check_routes(step_index, step, routes_b, cmp.against_violations)
+    cmp.notes.extend(f"step {step_index}: {n}" for n in a.notes)
+    width = max(a.tokens.shape[1], b.tokens.shape[1])
+    ta = torch.nn.functional.pad(a.tokens.long(), (0, width - a.tokens.shape[1]), value=-1)
+    tb = torch.nn.functional.pad(b.tokens.long(), (0, width - b.tokens.shape[1]), value=-1)
+    for r in range(step.num_requests):
+        rid = int(step.request_ids[r])
+        if routes_a[r] == "refused":
+            cmp.refused.append((step_index, rid))
+        if not exact_stochastic and float(step.temperature[r]) != 0.0:
+            cmp.stochastic_skipped += 1
+            continue
+        n = max(int(a.counts[r]), int(b.counts[r]))
+        same = ta[r, :n] == tb[r, :n]
+        cmp.tokens_compared += n
+        cmp.tokens_matched += int(same.sum())
+        if bool(same.all()) and (routes_a[r] == routes_b[r] or "unknown" in (routes_a[r], routes_b[r])):
+            cmp.requests_matched += 1  # an unrecorded route (optional in the format) is no divergence
+            continue
+        if bool(same.all()):  # same tokens, different route
+            cmp.divergences.append(Divergence(step_index, r, rid, None, None, None, routes_a[r], routes_b[r],
+                                              False, None))
+            continue
+        pos = int(torch.nonzero(~same)[0])
+        near, margin = False, None
+        if routes_a[r] == routes_b[r] and routes_a[r] != "refused":
+            near, margin = is_near_tie(step, r, pos)
+        cmp.divergences.append(Divergence(step_index, r, rid, pos, int(ta[r, pos]), int(tb[r, pos]),
+                                          routes_a[r], routes_b[r], near, margin))
+
+
+def recorded_result(emitted) -> SampleResult:
+    """The engine's recorded answer as a SampleResult (routes unknown when not recorded)."""
+    routes = emitted.routes if emitted.routes is not None else torch.full_like(emitted.counts, -1, dtype=torch.int8)
+    return SampleResult(tokens=emitted.tokens.long(), counts=emitted.counts, routes=routes.to(torch.int8))
+
+
+__all__ = ["Comparison", "Divergence", "Violation", "compare_step", "recorded_result", "route_name"]

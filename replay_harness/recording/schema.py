@@ -1,0 +1,147 @@
+"""Fixture schema v1, tabled once: names, versions, file layout, route codes and every step tensor.
+
+docs/FIXTURES.md is the normative description; this module is the one table the code reads it from
+(``store`` writes and reads it, ``validate`` checks it, ``recorder`` converts to it, ``step`` holds it,
+``impls.external`` sends it). Adding a field means one row in :data:`FIELDS` (plus the rule that checks
+its values in ``validate``, if any).
+
+Shapes are written with the symbols of docs/FIXTURES.md: R requests, N = sum(1 + k_r) logits rows,
+V vocabulary, ``N-R`` verify rows, ``K+1`` = max k_r + 1 emitted slots, ``R+1`` prefix-sum entries.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+# ----------------------------------------------------------------------------- names and versions
+RECORDING_SCHEMA = "replay.recording"
+STEP_SCHEMA = "replay.step"
+SCHEMA_MAJOR = 1
+SCHEMA_MINOR = 0
+RECORDING_SCHEMA_ID = f"{RECORDING_SCHEMA}/{SCHEMA_MAJOR}"  # manifest.json "schema"
+STEP_SCHEMA_ID = f"{STEP_SCHEMA}/{SCHEMA_MAJOR}"            # each step file's metadata "schema"
+
+# ----------------------------------------------------------------------------- layout on disk
+MANIFEST = "manifest.json"
+STEPS_DIR = "steps"
+STEP_RE = re.compile(r"^step-(\d{6,})\.safetensors$")
+METADATA_KEY = "replay"  # the one safetensors metadata key (one key keeps header order stable)
+
+
+# ----------------------------------------------------------------------------- manifest.json
+@dataclass(frozen=True)
+class ManifestKey:
+    """One key of ``manifest.json`` (docs/FIXTURES.md, "manifest.json").
+
+    kind      what its value must be: "schema" (the recording schema id, major checked by readers),
+              "count" (int >= 0), "positive" (int >= 1), "name" (non-empty string), "bool", "object",
+              "digest" (64 lowercase hex characters)
+    closed    required only once the recording is closed (``complete`` is true); before, any value
+    """
+
+    name: str
+    kind: str
+    closed: bool = False
+
+
+MANIFEST_KEYS = (
+    ManifestKey("schema", "schema"),
+    ManifestKey("schema_minor", "count"),
+    ManifestKey("vocab_size", "positive"),
+    ManifestKey("rng_contract", "name"),
+    ManifestKey("synthetic", "bool"),
+    ManifestKey("source", "object"),
+    ManifestKey("complete", "bool"),
+    ManifestKey("num_steps", "count", closed=True),
+    ManifestKey("digest", "digest", closed=True),
+)
+
+
+def step_file_name(index: int) -> str:
+    """``step-000042.safetensors``: the name of step ``index``'s file in :data:`STEPS_DIR`."""
+    return f"step-{index:06d}.safetensors"
+
+
+# ----------------------------------------------------------------------------- routes
+# The path a request took in a step (see step.expected_route). Stored as int8 codes: the index here.
+ROUTES = ("greedy-sample", "random-sample", "greedy-verify", "stochastic-verify", "refused")
+ROUTE_CODE = {name: code for code, name in enumerate(ROUTES)}
+UNKNOWN_ROUTE = -1
+
+
+def route_name(code: int) -> str:
+    return ROUTES[code] if 0 <= code < len(ROUTES) else "unknown"
+
+
+# ----------------------------------------------------------------------------- step tensors
+INPUT, EMITTED, UNSUPPORTED = "input", "emitted", "unsupported"
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)  # logits dtypes kept as recorded (lossless)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One tensor name of a step file.
+
+    dtypes    allowed dtypes; the first is the one writers convert to (empty: unsupported)
+    shape     symbolic dims (see the module docstring); the first names what it is one-per
+    role      INPUT (a :class:`~replay_harness.recording.step.Step` field), EMITTED (the engine's
+              answer) or UNSUPPORTED (reserved name; a step carrying it is refused)
+    required  whether every step file holds it
+    """
+
+    name: str
+    dtypes: tuple[torch.dtype, ...]
+    shape: tuple[str, ...]
+    role: str
+    required: bool = True
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype writers store it as."""
+        return self.dtypes[0]
+
+
+_I32, _I64, _I8, _F32 = (torch.int32,), (torch.int64,), (torch.int8,), (torch.float32,)
+
+# The one table. Row order is the order tensors are named, converted and checked in (messages list
+# problems in it): inputs as Step holds them, then what the engine emitted, then the reserved names.
+FIELDS = (
+    Field("logits", FLOATS, ("N", "V"), INPUT),
+    Field("cu_num_logits", _I32, ("R+1",), INPUT),
+    Field("draft_token_ids", _I32, ("N",), INPUT),
+    Field("positions", _I64, ("N",), INPUT),
+    Field("temperature", _F32, ("R",), INPUT),
+    Field("top_k", _I32, ("R",), INPUT),
+    Field("top_p", _F32, ("R",), INPUT),
+    Field("min_p", _F32, ("R",), INPUT),
+    Field("seed", _I64, ("R",), INPUT),
+    Field("request_ids", _I64, ("R",), INPUT),
+    Field("draft_logits", FLOATS, ("N-R", "V"), INPUT, required=False),
+    Field("emitted_tokens", _I32, ("R", "K+1"), EMITTED),
+    Field("emitted_counts", _I32, ("R",), EMITTED),
+    Field("emitted_routes", _I8, ("R",), EMITTED, required=False),
+    # Seam for features that need token histories (penalties, logit bias, bad words):
+    # schema v1 reserves these names; a step that carries any of them is refused.
+    *(Field(name, (), (), UNSUPPORTED, required=False) for name in (
+        "repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias_ids",
+        "logit_bias_values", "bad_words_ids", "allowed_token_mask")),
+)
+FIELD = {f.name: f for f in FIELDS}
+
+
+def _names(role: str, required: bool | None = None, shape: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Names of the fields with this role (and, when given, this required flag and shape), in table order."""
+    return tuple(f.name for f in FIELDS if f.role == role and (required is None or f.required == required)
+                 and (shape is None or f.shape == shape))
+
+
+# Views of the table, by the names the modules have always used.
+STEP_FIELDS = _names(INPUT, required=True)           # required inputs, in Step order
+OPTIONAL_FIELDS = _names(INPUT, required=False)      # ("draft_logits",)
+EMITTED_FIELDS = _names(EMITTED, required=True)      # ("emitted_tokens", "emitted_counts")
+OPTIONAL_EMITTED = _names(EMITTED, required=False)   # ("emitted_routes",)
+UNSUPPORTED_FIELDS = _names(UNSUPPORTED)
+PER_REQUEST_FIELDS = _names(INPUT, shape=("R",))     # the [R] inputs a Step sub-batch indexes by request
+KNOWN_FIELDS = frozenset(FIELD)

@@ -1,0 +1,136 @@
+"""One decode step of the sampler, in Model Runner V2's expanded layout.
+
+Request ``r`` owns the ``1 + k_r`` consecutive logits rows
+``[cu_num_logits[r], cu_num_logits[r+1])``: ``k_r`` draft-verify rows, then its
+bonus row. ``k_r == 0`` is a plain sample. docs/FIXTURES.md is the normative
+description of every field and :mod:`replay_harness.recording.schema` tables them;
+this module only holds them and decides the expected route.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from replay_harness.recording.schema import (  # noqa: F401  (re-exported: the route table's old home)
+    PER_REQUEST_FIELDS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE, route_name)
+
+
+def expected_route(temperature: float, num_drafts: int) -> str:
+    """The route a request must take: temperature 0 is greedy; drafts mean verify."""
+    if num_drafts > 0:
+        return "greedy-verify" if temperature == 0.0 else "stochastic-verify"
+    return "greedy-sample" if temperature == 0.0 else "random-sample"
+
+
+@dataclass
+class Step:
+    """Inputs of one sampler call (R requests, N = sum(1 + k_r) rows, V vocabulary).
+
+    logits          [N, V]  float32 | bfloat16 | float16  target logits as the engine produced them
+    cu_num_logits   [R+1]   int32   exclusive prefix sum of rows per request, starts at 0
+    draft_token_ids [N]     int32   draft verified at row j; -1 on bonus rows and for placeholders
+    positions       [N]     int64   sequence position of each row (the RNG key)
+    temperature     [R]     float32 0 = greedy
+    top_k           [R]     int32   0 (or >= V) = off
+    top_p           [R]     float32 1 = off
+    min_p           [R]     float32 0 = off
+    seed            [R]     int64   per-request RNG seed
+    request_ids     [R]     int64   the engine's request ids (for messages)
+    draft_logits    [N-R, V] float (optional) pre-temperature draft logits, one row per verify row
+    """
+
+    logits: torch.Tensor
+    cu_num_logits: torch.Tensor
+    draft_token_ids: torch.Tensor
+    positions: torch.Tensor
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    seed: torch.Tensor
+    request_ids: torch.Tensor
+    draft_logits: torch.Tensor | None = None
+
+    @property
+    def num_requests(self) -> int:
+        return self.cu_num_logits.numel() - 1
+
+    @property
+    def vocab_size(self) -> int:
+        return self.logits.shape[1]
+
+    @property
+    def num_drafts(self) -> torch.Tensor:
+        """[R] int64: k_r per request."""
+        return (self.cu_num_logits[1:] - self.cu_num_logits[:-1]).long() - 1
+
+    @property
+    def max_drafts(self) -> int:
+        return int(self.num_drafts.max()) if self.num_requests else 0
+
+    def row_to_request(self) -> torch.Tensor:
+        """[N] int64: the request that owns each row."""
+        return torch.repeat_interleave(torch.arange(self.num_requests), self.num_drafts + 1)
+
+    def draft_row_index(self) -> torch.Tensor:
+        """[N] int64: the draft_logits row of each logits row, -1 on bonus rows."""
+        n = self.logits.shape[0]
+        is_bonus = torch.zeros(n, dtype=torch.bool)
+        is_bonus[self.cu_num_logits[1:].long() - 1] = True
+        idx = torch.cumsum((~is_bonus).long(), 0) - 1
+        return torch.where(is_bonus, torch.full_like(idx, -1), idx)
+
+    def expected_routes(self) -> list[str]:
+        temps, ks = self.temperature.tolist(), self.num_drafts.tolist()
+        return [expected_route(t, k) for t, k in zip(temps, ks)]
+
+    def to(self, device: torch.device | str) -> "Step":
+        moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return Step(**{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in moved.items()})
+
+    def select(self, requests: list[int]) -> "Step":
+        """A step holding only the given requests, in the given order (batch-composition tests)."""
+        cu = self.cu_num_logits.tolist()
+        rows = [j for r in requests for j in range(cu[r], cu[r + 1])]
+        rows_t = torch.tensor(rows, dtype=torch.long)
+        req_t = torch.tensor(requests, dtype=torch.long)
+        sizes = torch.tensor([cu[r + 1] - cu[r] for r in requests], dtype=torch.int32)
+        new_cu = torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(sizes, 0).to(torch.int32)])
+        draft_logits = None
+        if self.draft_logits is not None:
+            d_idx = self.draft_row_index()[rows_t]
+            draft_logits = self.draft_logits[d_idx[d_idx >= 0]]
+        per_req = {n: getattr(self, n)[req_t] for n in PER_REQUEST_FIELDS}
+        return Step(logits=self.logits[rows_t], cu_num_logits=new_cu, draft_token_ids=self.draft_token_ids[rows_t],
+                    positions=self.positions[rows_t], draft_logits=draft_logits, **per_req)
+
+
+
+@dataclass
+class SampleResult:
+    """What a sampler emitted for one step.
+
+    tokens [R, max_k+1] int64  emitted ids, -1 after the last emitted one
+    counts [R]          int32  emitted tokens per request (accepted drafts + 1; 0 when refused)
+    routes [R]          int8   route codes (see ROUTES)
+    notes               list[str]  human remarks, e.g. why requests were refused
+    self_reported_us    float | None  the impl's own timing of this step in µs (external programs that
+                                      time their kernels report it; `replay bench` shows it beside its own)
+    """
+
+    tokens: torch.Tensor
+    counts: torch.Tensor
+    routes: torch.Tensor
+    notes: list[str] = field(default_factory=list)
+    self_reported_us: float | None = None
+
+    @classmethod
+    def empty(cls, num_requests: int, max_drafts: int) -> "SampleResult":
+        return cls(tokens=torch.full((num_requests, max_drafts + 1), -1, dtype=torch.int64),
+                   counts=torch.zeros(num_requests, dtype=torch.int32),
+                   routes=torch.full((num_requests,), UNKNOWN_ROUTE, dtype=torch.int8))
+
+    def route_names(self) -> list[str]:
+        return [route_name(c) for c in self.routes.tolist()]

@@ -1,0 +1,314 @@
+"""Fixture format v1: one directory per recording, one safetensors file per step.
+
+    REC/manifest.json                 schema "replay.recording/1", vocab size, RNG contract, provenance
+    REC/steps/step-000000.safetensors one step: tensors of replay_harness.recording.step.Step plus what the engine emitted
+
+Writing streams: the manifest is written first, every step file is written to a
+temporary name, fsynced and renamed, so a crash loses at most the step in flight.
+Reading is lazy: a step is memory-mapped when asked for. docs/FIXTURES.md is the
+normative description; :mod:`replay_harness.recording.schema` tables its names, dtypes
+and shapes, :mod:`~replay_harness.recording.validate` checks a step's content, and this
+module is the one place that reads and writes the files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save as st_save
+
+from replay_harness.errors import InputError
+from replay_harness.recording.digest import canonical_json, recording_digest, tensor_digest
+from replay_harness.recording.schema import (MANIFEST, METADATA_KEY, OPTIONAL_FIELDS, RECORDING_SCHEMA,
+                                             RECORDING_SCHEMA_ID, SCHEMA_MAJOR, SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
+                                             STEP_SCHEMA, STEP_SCHEMA_ID, STEPS_DIR, step_file_name)
+from replay_harness.recording.step import Step
+from replay_harness.recording.validate import check_step
+
+__all__ = ["Emitted", "StepRecord", "RecordingWriter", "Recording", "step_tensors", "step_from_tensors",
+           "step_metadata", "encode_step", "load_step_file", "canonical_json", "tensor_digest"]
+
+
+@dataclass
+class Emitted:
+    """What the engine emitted in a step (the recorded answer).
+
+    tokens [R, max_k+1] int32 (-1 padded), counts [R] int32, routes [R] int8 or None.
+    """
+
+    tokens: torch.Tensor
+    counts: torch.Tensor
+    routes: torch.Tensor | None = None
+
+
+@dataclass
+class StepRecord:
+    """A step as read from disk: inputs, the engine's answer, and where it came from."""
+
+    index: int
+    file: Path
+    step: Step
+    emitted: Emitted
+    meta: dict[str, Any]
+
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, rename over ``path``, fsync the folder.
+
+    The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600,
+    so a recording can be shared like any other file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def step_tensors(step: Step, emitted: Emitted | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of one step file by their fixture names (contiguous, on the CPU; schema.FIELDS order).
+
+    Without ``emitted``: the inputs only (the step files sent to external impls).
+    """
+    out = {name: getattr(step, name) for name in STEP_FIELDS}
+    if step.draft_logits is not None:
+        out["draft_logits"] = step.draft_logits
+    if emitted is not None:
+        out["emitted_tokens"], out["emitted_counts"] = emitted.tokens, emitted.counts
+        if emitted.routes is not None:
+            out["emitted_routes"] = emitted.routes
+    return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+
+def step_from_tensors(tensors: dict[str, torch.Tensor]) -> Step:
+    """The :class:`Step` held by a step file's tensors (the required inputs must be there)."""
+    return Step(**{k: tensors[k] for k in STEP_FIELDS}, **{k: tensors.get(k) for k in OPTIONAL_FIELDS})
+
+
+def step_metadata(index: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``replay`` metadata of step ``index``'s file: schema, step index, then ``extra`` keys."""
+    return {"schema": STEP_SCHEMA_ID, "step": index, **(extra or {})}
+
+
+def encode_step(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bytes:
+    """The bytes of a step file: safetensors with ``meta`` as canonical JSON under the one metadata key."""
+    return st_save(tensors, metadata={METADATA_KEY: canonical_json(meta)})
+
+
+def load_step_file(file: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str | None]:
+    """Every tensor of a step file (memory-mapped) and its raw ``replay`` metadata string (None if absent).
+
+    Raises what safetensors raises on a bad file; :meth:`Recording.read_tensors` turns that into an InputError.
+    """
+    with safe_open(str(file), framework="pt") as f:
+        raw_meta = (f.metadata() or {}).get(METADATA_KEY)
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    return tensors, raw_meta
+
+
+class RecordingWriter:
+    """Streams steps into a new recording directory.
+
+    >>> with RecordingWriter(path, vocab_size=V, source={"engine": "mine"}) as w:
+    ...     w.write_step(step, emitted)
+
+    The manifest is written first with ``complete: false`` and rewritten on a
+    clean close with the step count and the recording digest.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, vocab_size: int, rng_contract: str = "mrv2",
+                 source: dict[str, Any] | None = None, synthetic: bool = False, overwrite: bool = False):
+        self.path = Path(path)
+        if self.path.exists() and any(self.path.iterdir()) and not overwrite:
+            raise InputError(self.path, "output folder exists and is not empty (pass --overwrite to replace it)")
+        if overwrite and (self.path / MANIFEST).exists():
+            for f in (self.path / STEPS_DIR).glob("*.safetensors"):
+                f.unlink()
+        (self.path / STEPS_DIR).mkdir(parents=True, exist_ok=True)
+        self.manifest: dict[str, Any] = {
+            "schema": RECORDING_SCHEMA_ID, "schema_minor": SCHEMA_MINOR,
+            "vocab_size": int(vocab_size), "rng_contract": rng_contract, "synthetic": bool(synthetic),
+            "source": source or {}, "complete": False, "num_steps": 0, "digest": None,
+        }
+        self._digests: list[str] = []
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        _atomic_write(self.path / MANIFEST, (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode())
+
+    def write_step(self, step: Step, emitted: Emitted, meta: dict[str, Any] | None = None) -> Path:
+        """Validate and write one step atomically; returns the file written."""
+        index = len(self._digests)
+        tensors = step_tensors(step, emitted)
+        step_meta = step_metadata(index, meta)
+        file = self.path / STEPS_DIR / step_file_name(index)
+        problems = check_step(tensors, self.manifest["vocab_size"], file=file, step=index)
+        if problems:
+            raise problems[0]
+        _atomic_write(file, encode_step(tensors, step_meta))
+        self._digests.append(tensor_digest(tensors, step_meta))
+        return file
+
+    def close(self) -> None:
+        self.manifest.update(complete=True, num_steps=len(self._digests),
+                             digest=recording_digest(self._digests))
+        self._write_manifest()
+
+    def __enter__(self) -> "RecordingWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to ``limit`` characters (error messages stay one short line)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _read_manifest(mpath: Path) -> dict[str, Any]:
+    """The manifest as a JSON object, or an InputError naming it (never another exception)."""
+    try:
+        data = mpath.read_bytes()
+    except OSError as e:
+        raise InputError(mpath, f"cannot read ({e.strerror or type(e).__name__})") from None
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(mpath, "not valid JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as e:
+        raise InputError(mpath, f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except (ValueError, RecursionError) as e:  # integers over Python's digit limit, absurd nesting
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(":")[0]
+        raise InputError(mpath, f"not valid JSON ({reason})") from None
+    if not isinstance(manifest, dict):
+        raise InputError(mpath, "not a JSON object", field="schema")
+    return manifest
+
+
+def _parse_schema(value: Any, expected: str, file: Path, field: str, step: int | None = None) -> None:
+    if not isinstance(value, str) or "/" not in value or value.split("/")[0] != expected:
+        raise InputError(file, f"not a replay recording (schema {_short(value)}, expected "
+                               f"'{expected}/{SCHEMA_MAJOR}')", step=step, field=field)
+    major = value.split("/", 1)[1]
+    if major != str(SCHEMA_MAJOR):
+        raise InputError(file, f"unknown schema major version {_short(major)}; this replay reads version "
+                               f"{SCHEMA_MAJOR}", step=step, field=field)
+
+
+class Recording:
+    """A recording on disk, read lazily: ``len(rec)``, ``rec[i]``, ``for r in rec``."""
+
+    def __init__(self, path: str | os.PathLike, *, nan: str = "error"):
+        self.path = Path(path)
+        self.nan = nan  # "error" or "warn": what a NaN in the logits is
+        if not self.path.exists():
+            raise InputError(self.path, "no such file or folder")
+        if self.path.is_file():
+            raise InputError(self.path, f"not a recording folder (expected a folder holding {MANIFEST})")
+        mpath = self.path / MANIFEST
+        if not mpath.exists():
+            raise InputError(mpath, "missing: not a replay recording folder")
+        self.manifest = _read_manifest(mpath)
+        _parse_schema(self.manifest.get("schema"), RECORDING_SCHEMA, mpath, "schema")
+        vocab = self.manifest.get("vocab_size")
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= 0:
+            raise InputError(mpath, f"must be a positive integer, got {_short(vocab)}", field="vocab_size")
+        self.vocab_size = vocab
+        self.rng_contract = str(self.manifest.get("rng_contract", "mrv2"))
+        self.synthetic = bool(self.manifest.get("synthetic", False))
+        files = []
+        for f in (self.path / STEPS_DIR).glob("*.safetensors"):
+            m = STEP_RE.match(f.name)
+            if m:
+                files.append((int(m.group(1)), len(f.name), f.name, f))
+        files.sort()  # by step index, not by name (step-1000000 follows step-999999); 6 digits first
+        files = [(index, f) for index, _, _, f in files]
+        for expected, (index, f) in enumerate(files):
+            if index < expected:
+                raise InputError(f, f"a second file for step {index} ({step_file_name(index)} exists)",
+                                 step=index)
+            if index != expected:
+                raise InputError(f, f"step files are not consecutive: expected step-{expected:06d}", step=expected)
+        self.files = [f for _, f in files]
+        if self.manifest.get("complete") is True and self.manifest.get("num_steps") is not None:
+            declared = self.manifest["num_steps"]
+            if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
+                raise InputError(mpath, f"must be a non-negative integer, got {_short(declared)}", field="num_steps")
+            if declared != len(self.files):
+                raise InputError(mpath, f"the closed recording declares {declared} steps but {len(self.files)} "
+                                        f"step files are present (a step file was lost or added)", field="num_steps")
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def read_tensors(self, index: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Raw tensors and metadata of one step (memory-mapped), schema checked, content not."""
+        file = self.files[index]
+        try:
+            tensors, raw_meta = load_step_file(file)
+        except Exception as e:  # safetensors raises its own error types for bad headers and short files
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise InputError(file, f"unreadable safetensors file (truncated or corrupt: {reason})", step=index) from None
+        try:
+            meta = json.loads(raw_meta) if raw_meta is not None else None
+        except (ValueError, RecursionError):  # JSONDecodeError, over-long integers, deep nesting
+            raise InputError(file, f"the '{METADATA_KEY}' metadata is not valid JSON", step=index,
+                             field="__metadata__") from None
+        if not isinstance(meta, dict):
+            raise InputError(file, f"missing the '{METADATA_KEY}' metadata: not a replay step", step=index,
+                             field="__metadata__")
+        _parse_schema(meta.get("schema"), STEP_SCHEMA, file, "__metadata__.schema", step=index)
+        if meta.get("step") != index or isinstance(meta.get("step"), bool):
+            raise InputError(file, f"says step {_short(meta.get('step'))}, but the file name says step {index}",
+                             step=index, field="__metadata__.step")
+        return tensors, meta
+
+    def __getitem__(self, index: int) -> StepRecord:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        tensors, meta = self.read_tensors(index)
+        file = self.files[index]
+        problems = [p for p in check_step(tensors, self.vocab_size, file=file, step=index, nan=self.nan)
+                    if not p.warning]
+        if problems:
+            raise problems[0]
+        emitted = Emitted(tensors["emitted_tokens"], tensors["emitted_counts"], tensors.get("emitted_routes"))
+        return StepRecord(index=index, file=file, step=step_from_tensors(tensors), emitted=emitted, meta=meta)
+
+    def digest(self) -> str:
+        """Recording digest: sha256 of the per-step canonical digests, in step order."""
+        return recording_digest(tensor_digest(*self.read_tensors(i)) for i in range(len(self)))

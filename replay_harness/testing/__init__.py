@@ -1,0 +1,1 @@
+"""Test helpers for engine projects: the pytest plugin (``replay_harness.testing.pytest_plugin``)."""

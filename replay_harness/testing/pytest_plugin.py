@@ -1,0 +1,49 @@
+"""pytest plugin (entry point ``pytest11``: ``replay``): assert that a sampler replays a recording.
+
+    def test_my_sampler_replays(replay_check):
+        replay_check("fixtures/my-engine-run")               # the --replay-impl impl (default reference)
+        replay_check("fixtures/my-engine-run", MySampler())   # or an object with sample(step)
+
+Options: ``--replay-impl NAME`` (a registered impl, ``exec:PROGRAM``, default ``reference``),
+``--replay-impl-arg ARG`` (repeatable, for exec:), ``--replay-device`` (default cpu). Fixtures:
+``replay_impl`` (the name chosen) and ``replay_check`` (calls :func:`replay_harness.api.assert_replays`
+and returns the Comparison). Importing this module imports neither torch nor the harness.
+docs/INTEGRATION.md has a worked example.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("replay", "replay: sampler replay against recordings")
+    group.addoption("--replay-impl", default="reference", metavar="NAME",
+                    help="impl replay_check replays through: a registered name or exec:PROGRAM (default reference)")
+    group.addoption("--replay-impl-arg", action="append", default=None, metavar="ARG",
+                    help="argument for an exec:PROGRAM impl (repeatable)")
+    group.addoption("--replay-device", default="cpu", help="cpu (default), cuda or auto")
+
+
+@pytest.fixture
+def replay_impl(request) -> str:
+    """The impl named by --replay-impl."""
+    return request.config.getoption("--replay-impl")
+
+
+@pytest.fixture
+def replay_check(request, replay_impl):
+    """``replay_check(recording, impl=None, *, against="recorded")``: fail the test unless ``impl`` (default:
+    --replay-impl) replays ``recording`` (token divergences, routing violations and refusals fail; near-ties
+    pass, as in ``replay run``)."""
+    from replay_harness.api import assert_replays
+
+    config = request.config
+
+    def check(recording, impl=None, *, against="recorded"):
+        name = impl if impl is not None else replay_impl
+        args = config.getoption("--replay-impl-arg") if isinstance(name, str) and name.startswith("exec:") else None
+        __tracebackhide__ = True
+        return assert_replays(recording, name, against=against, device=config.getoption("--replay-device"),
+                              impl_args=args)
+
+    return check

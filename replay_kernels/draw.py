@@ -1,0 +1,179 @@
+"""The one draw kernel: argmax or Gumbel-max over one row per request, pruned, in a single launch.
+
+Every token that ``gumbel-max`` and ``stochastic`` emit by drawing (plain samples,
+bonus tokens, placeholder rows, residual resamples, greedy bonus argmaxes) comes
+from :func:`_draw_kernel`. Per request r it reads its draw plan (``mode[r]``,
+logits ``row[r]``, output ``slot[r]``) and emits ``tokens[r, slot[r]]``:
+
+* ``MODE_GREEDY``: the argmax of the raw row (NaN read as -inf, first index on ties);
+* ``MODE_TARGET``: ``argmax(processed + gumbel_noise(seed, pos[row], v))``;
+* ``MODE_RESIDUAL``: the same over the residual after rejecting draft ``dtok[r]``
+  (one-hot: the draft removed; with draft logits ``log p + log1p(-q/p)`` where q < p);
+* ``MODE_NONE``: nothing to draw.
+
+Grid ``(R, SPLITS)``: program (r, s) scans the contiguous span
+``[s * span, (s + 1) * span)`` of row r in tiles of ``BLOCK`` and keeps its best
+(score, first index). Bytes: reads each drawn row once (4 or 2 B per element; the
+rejected draft row too for ``MODE_RESIDUAL`` with draft logits); writes 8 B per
+program and the token row. The last program of a row to arrive (an ``acq_rel``
+counter per row, reset by that program) reduces the ``SPLITS`` partials (strictly
+greater, so the left-most span wins ties), writes the token, the count and the -1
+padding: one launch, no reduce kernel, no fill.
+
+Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
+a tile whose best processed value plus ``NOISE_MAX`` (the largest noise the
+contract can produce) is below the program's running best is skipped after the
+load; otherwise the hash and uniform of every lane are computed, and only a tile
+where some ``x + gumbel_upper_bound(u)`` reaches the running best pays for the two
+logs of the exact noise. On peaked rows (real LLM logits) most tiles stop at the
+load, so the kernel runs near the memory floor; on flat random rows it saves the logs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .params import load_processed
+from .rng import (NOISE_MAX, gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_row_key,
+                  uniform_to_gumbel)
+
+# Draw modes (one per request), shared by the plain samplers and the stochastic walk.
+MODE_NONE = tl.constexpr(0)      # nothing to draw (refused request, or greedy verify that stopped on a mismatch)
+MODE_GREEDY = tl.constexpr(1)    # argmax of the raw row
+MODE_TARGET = tl.constexpr(2)    # Gumbel-max over the processed target row
+MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting ``dtok``
+
+DRAW_BLOCK = 2048        # elements per tile
+DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at (about 8 per SM on an H200)
+REDUCE_CHUNK = 128       # partials reduced per step
+
+
+@triton.jit
+def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
+    """(max, index) over ``NB`` partial (max, index) pairs at ``base``: strictly greater wins,
+    so the first partial wins ties (partials are in index order). NaN-free inputs."""
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
+        a = tl.load(arg_ptr + base + offs, mask=offs < NB, other=0, cache_modifier=".cg")
+        cm, ci = tl.max(m, axis=0, return_indices=True)
+        ca = tl.sum(tl.where(tl.arange(0, CHUNK) == ci, a, 0), axis=0)
+        better = cm > best
+        best_idx = tl.where(better, ca, best_idx)
+        best = tl.where(better, cm, best)
+    return best, best_idx
+
+
+@triton.jit
+def _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
+              HAS_DRAFT: tl.constexpr):
+    """Residual scores of lanes ``offs`` after rejecting draft ``dtok[r]`` (float32, -inf = impossible)."""
+    d = tl.load(dtok_ptr + r)
+    if HAS_DRAFT:
+        temp = tl.load(req_temp_ptr + r)
+        drow = tl.load(drow_ptr + r)
+        q = tl.load(draft_ptr + drow.to(tl.int64) * d_stride + offs, mask=valid,
+                    other=float("-inf")).to(tl.float32)
+        log_q = tl.math.div_rn(q, temp) - tl.load(lse_q_ptr + r)
+        log_p = x - tl.load(lse_t_ptr + r)
+        ratio = tl.exp(log_q - log_p)
+        # log1p(-ratio), accurate for small ratio.
+        y = 1.0 - ratio
+        l1p = tl.where(y == 1.0, -ratio, tl.log(y) * (-ratio) / (y - 1.0))
+        x = tl.where(ratio < 1.0, log_p + l1p, float("-inf"))
+    else:
+        x = tl.where(offs == d, float("-inf"), x)
+    return x
+
+
+@triton.jit
+def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
+                 mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
+                 temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
+                 part_max_ptr, part_arg_ptr, arrivals_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride,
+                 V, W, span, SPLITS,
+                 HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    r = tl.program_id(0)
+    s = tl.program_id(1)
+    mode = tl.load(mode_ptr + r)
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    if mode != MODE_NONE:
+        row = tl.load(row_ptr + r)
+        row_base = logits_ptr + row.to(tl.int64) * l_stride
+        t = tl.load(temp_div_ptr + row)
+        cv = tl.load(cut_val_ptr + row)
+        ci = tl.load(cut_idx_ptr + row)
+        key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+        lo = s * span
+        hi = tl.minimum(lo + span, V)
+        for start in range(lo, hi, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            valid = offs < hi
+            if mode == MODE_GREEDY:
+                raw = tl.load(row_base + offs, mask=valid, other=float("-inf")).to(tl.float32)
+                m, a = tl.max(tl.where(raw != raw, float("-inf"), raw), axis=0, return_indices=True)
+                if m > best:
+                    best = m
+                    best_idx = start + a
+            else:
+                x = load_processed(row_base, offs, hi, t, cv, ci)
+                if mode == MODE_RESIDUAL:
+                    x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
+                                  lse_q_ptr, req_temp_ptr, HAS_DRAFT)
+                if tl.max(x, axis=0) + NOISE_MAX >= best:
+                    u = hash_to_uniform(murmur3_finish(key, offs))
+                    if tl.max(x + gumbel_upper_bound(u), axis=0) >= best:
+                        score = x + uniform_to_gumbel(u)
+                        score = tl.where(valid & (score == score), score, float("-inf"))
+                        m, a = tl.max(score, axis=0, return_indices=True)
+                        if m > best:
+                            best = m
+                            best_idx = start + a
+    tl.store(part_max_ptr + r * SPLITS + s, best)
+    tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
+    tl.debug_barrier()
+    if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
+        tl.debug_barrier()
+        count = tl.load(count_src_ptr + r)
+        if mode != MODE_NONE:
+            _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
+            tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
+        for j in range(count, W):
+            tl.store(tokens_ptr + r * tok_stride + j, -1)
+        tl.store(counts_ptr + r, count)
+        tl.store(arrivals_ptr + r, 0)
+
+
+def splits_for(num_rows: int, vocab: int, block: int, programs: int = DRAW_PROGRAMS) -> tuple[int, int]:
+    """(SPLITS, span): programs per row so the launch has about ``programs`` programs, and the
+    elements each scans (a multiple of ``block``, so every program but the last is full tiles)."""
+    tiles = max(1, triton.cdiv(vocab, block))
+    splits = max(1, min(tiles, triton.cdiv(programs, max(num_rows, 1))))
+    span = triton.cdiv(tiles, splits) * block
+    return triton.cdiv(vocab, span) if vocab else 1, span
+
+
+@dataclass
+class DrawScratch:
+    """Per-launch scratch of :func:`_draw_kernel` for R rows: partials [R, splits] float32 / int32 and
+    the per-row arrival counters [R] int32 (zero between launches: the last program resets them)."""
+
+    part_max: torch.Tensor
+    part_arg: torch.Tensor
+    arrivals: torch.Tensor
+    splits: int
+    span: int
+
+    @classmethod
+    def allocate(cls, num_rows: int, vocab: int, block: int, device, programs: int = DRAW_PROGRAMS) -> "DrawScratch":
+        splits, span = splits_for(num_rows, vocab, block, programs)
+        rows = max(num_rows, 1)
+        return cls(part_max=torch.empty((rows, splits), dtype=torch.float32, device=device),
+                   part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
+                   arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span)

@@ -1,0 +1,412 @@
+"""The filter bound ``(cut_val, cut_idx)`` of min-p / top-k / top-p rows, split across many programs per row.
+
+Same bound, same search as the oracle's rule (see :mod:`replay_kernels.params`
+for what the bound means): row max ``M``; min-p bound ``L = M + log(min_p)``;
+top-k: the k-th largest value by a 16-way search over the monotone int32 key
+of the fp32 bits (ties at the k-th value kept); top-p: the sum-exp ``S`` of the
+kept values, a 16-way search for the smallest kept value ``v*`` whose ascending
+cumulative mass exceeds ``1 - p``, the size and lower mass of the tie group at
+``v*``, and, when the oracle's stable sort cuts that group, a 16-way search over
+token ids for the cut index.
+
+Each pass over a row is one launch over grid ``(F, SPLITS)``: program (f, s)
+reads the span ``[s * FILTER_SPAN, (s + 1) * FILTER_SPAN)`` of filtered row f
+(V x 4 B per row per pass for fp32 logits) and writes its partial counts or
+masses for the round's 16 candidates (``SPLITS x 16 x 4 B`` per row). The next
+launch's programs each add the partials of their row in split order (so the
+sums are deterministic and do not depend on the batch: ``SPLITS`` depends on V
+only), narrow the interval, and evaluate the next candidates. Tiny ``(F,)``
+launches settle one search and set up the next. Launches per step: 1 stats
+pass, 8 rounds + 1 for top-k (only when some row has top-k), 1 sum pass (only
+with min-p or top-k), 8 rounds + 1 tie pass + 5 index rounds for top-p (only
+when some row has top-p), and 4 small settle / setup launches. A row that has
+converged, or does not use a stage, exits its programs after one load.
+
+Near-ties: the cumulative mass is a sum of per-span fp32 sums (the oracle
+sums a sorted fp32 cumsum), so a top-p decision within rounding of ``1 - p``
+may differ; documented in docs/KERNELS.md and classified by the near-tie check.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import triton
+import triton.language as tl
+
+FILTER_SPAN = 8192   # elements of one row per program (fixed: the sums do not depend on the batch)
+FILTER_BLOCK = 1024  # elements per tile inside a span
+WAYS = 16            # candidates per round
+KEY_ROUNDS = 8       # 16-way rounds over a 32-bit key: ceil(32 / 4)
+
+SEARCH_TOPK = tl.constexpr(0)  # Q(c) = #{x : key(x) >= c} >= kk
+SEARCH_TOPP = tl.constexpr(1)  # Q(c) = sum_{x >= L, key(x) < c} exp(x - M) / S <= 1 - p
+SEARCH_IDX = tl.constexpr(2)   # Q(c) = #{v < c : x[v] == v*} <= ndrop
+
+# settle/setup steps (what ``_step_kernel`` does between passes)
+STEP_AFTER_STATS = tl.constexpr(0)  # M, min-p bound L; top-k interval
+STEP_AFTER_TOPK = tl.constexpr(1)   # L = max(L, k-th value)
+STEP_BEFORE_TOPP = tl.constexpr(2)  # S; top-p interval
+STEP_AFTER_TOPP = tl.constexpr(3)   # v*
+STEP_BEFORE_IDX = tl.constexpr(4)   # tie group size and lower mass -> ndrop; index interval
+STEP_FINAL = tl.constexpr(5)        # cut_val, cut_idx
+
+
+@triton.jit
+def float_key(x):
+    """Monotone int32 key of an fp32 value (-0.0 is read as +0.0; no NaN allowed)."""
+    x = tl.where(x == 0.0, 0.0, x)
+    bits = x.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def key_to_float(key):
+    key = key.to(tl.int32)
+    bits = tl.where(key < 0, key ^ 0x7FFFFFFF, key)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _clean(row_ptr, offs, V, t):
+    """float32 ``div_rn(logits, t)`` of lanes ``offs``, NaN and lanes >= V read as -inf."""
+    x = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+    if t != 1.0:
+        x = tl.math.div_rn(x, t)
+    return tl.where(x != x, float("-inf"), x)
+
+
+@triton.jit
+def _candidates(lo, hi, NC: tl.constexpr):
+    j = tl.arange(0, NC).to(tl.int64)
+    return lo + ((hi - lo) * (j + 1) + (NC - 1)) // NC
+
+
+@triton.jit
+def _stats_kernel(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, V, SPLITS,
+                  SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Pass 1, grid (F, SPLITS): max and sum-exp (relative to that max) of the span's clean values."""
+    f = tl.program_id(0)
+    s = tl.program_id(1)
+    row = tl.load(rows_ptr + f)
+    t = tl.load(temp_ptr + row)
+    row_ptr = logits_ptr + row.to(tl.int64) * stride
+    m = tl.full((), float("-inf"), tl.float32)
+    acc = tl.zeros((), tl.float32)
+    for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+        x = _clean(row_ptr, start + tl.arange(0, BLOCK), V, t)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        if m_new > float("-inf"):
+            acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
+        m = m_new
+    tl.store(pmax_ptr + f * SPLITS + s, m)
+    tl.store(psum_ptr + f * SPLITS + s, acc)
+
+
+@triton.jit
+def _mass_kernel(logits_ptr, stride, rows_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr, V, SPLITS,
+                 TIES: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid (F, SPLITS): the span's sum of exp(x - M) over x >= L (``TIES``: over L <= x < v*, and the
+    count of x == v*). Rows whose stage is off (``lo_ptr`` holds +inf) exit at once."""
+    f = tl.program_id(0)
+    s = tl.program_id(1)
+    L = tl.load(lo_ptr + f)
+    if L < float("inf"):
+        row = tl.load(rows_ptr + f)
+        t = tl.load(temp_ptr + row)
+        M = tl.load(m_ptr + f)
+        row_ptr = logits_ptr + row.to(tl.int64) * stride
+        vstar = tl.load(vstar_ptr + f)
+        acc = tl.zeros((), tl.float32)
+        cnt = tl.zeros((), tl.int32)
+        for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            x = _clean(row_ptr, offs, V, t)
+            keep = (x >= L) & (x > float("-inf"))
+            if TIES:
+                cnt += tl.sum(((offs < V) & (x == vstar)).to(tl.int32), axis=0)
+                keep = keep & (x < vstar)
+            acc += tl.sum(tl.where(keep, tl.exp(x - M), 0.0), axis=0)
+        tl.store(psum_ptr + f * SPLITS + s, acc)
+        if TIES:
+            tl.store(pcnt_ptr + f * SPLITS + s, cnt)
+
+
+@triton.jit
+def _settle(lo, hi, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MODE: tl.constexpr, NC: tl.constexpr):
+    """The interval after the round that evaluated the candidates of [lo, hi]: the partials of row f
+    added in split order, the predicate, the largest candidate where it holds."""
+    cands = _candidates(lo, hi, NC)
+    j = tl.arange(0, NC)
+    cnt = tl.zeros([NC], dtype=tl.int32)
+    mass = tl.zeros([NC], dtype=tl.float32)
+    for s in range(0, SPLITS):
+        base = (f * SPLITS + s) * NC
+        if MODE == SEARCH_TOPP:
+            mass += tl.load(pmass_ptr + base + j)
+        else:
+            cnt += tl.load(pcnt_ptr + base + j)
+    if MODE == SEARCH_TOPK:
+        q = cnt >= kk
+    elif MODE == SEARCH_TOPP:
+        q = (mass / S) <= omp
+    else:
+        q = cnt <= ndrop
+    return tl.max(tl.where(q, cands, lo), axis=0), tl.min(tl.where(q, hi, cands - 1), axis=0)
+
+
+@triton.jit
+def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr,
+                  ndrop_ptr, lo_in, hi_in, lo_out, hi_out, cnt_in, mass_in, cnt_out, mass_out, V, SPLITS,
+                  MODE: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
+                  NC: tl.constexpr):
+    """One search round, grid (F, SPLITS). The interval and the partials are double-buffered by round
+    parity (``*_in`` from the previous round, ``*_out`` for the next), so no program of this launch
+    overwrites what another still reads. Unless ``FIRST``, settle the previous round's candidates
+    (every program of the row gets the same interval; program 0 stores it), then evaluate the new
+    candidates on the span."""
+    f = tl.program_id(0)
+    s = tl.program_id(1)
+    lo = tl.load(lo_in + f)
+    hi = tl.load(hi_in + f)
+    if not FIRST:
+        if lo < hi:
+            kk = tl.load(topk_ptr + tl.load(rows_ptr + f))
+            lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f), tl.load(omp_ptr + f),
+                             tl.load(ndrop_ptr + f), MODE, NC)
+    if s == 0:
+        tl.store(lo_out + f, lo)
+        tl.store(hi_out + f, hi)
+    if lo < hi:
+        row = tl.load(rows_ptr + f)
+        t = tl.load(temp_ptr + row)
+        row_ptr = logits_ptr + row.to(tl.int64) * stride
+        L = tl.load(bound_ptr + f)
+        M = tl.load(m_ptr + f)
+        vstar = tl.load(vstar_ptr + f)
+        cands = _candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
+        cnt = tl.zeros([NC], dtype=tl.int32)
+        mass = tl.zeros([NC], dtype=tl.float32)
+        for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            valid = offs < V
+            x = _clean(row_ptr, offs, V, t)
+            if MODE == SEARCH_TOPK:
+                hit = valid[:, None] & (float_key(x)[:, None] >= cands[None, :])
+                cnt += tl.sum(hit.to(tl.int32), axis=0)
+            elif MODE == SEARCH_TOPP:
+                e = tl.where(valid & (x >= L) & (x > float("-inf")), tl.exp(x - M), 0.0)
+                hit = float_key(x)[:, None] < cands[None, :]
+                mass += tl.sum(tl.where(hit, e[:, None], 0.0), axis=0)
+            else:
+                hit = (valid & (x == vstar))[:, None] & (offs[:, None] < cands[None, :])
+                cnt += tl.sum(hit.to(tl.int32), axis=0)
+        base = (f * SPLITS + s) * NC
+        j = tl.arange(0, NC)
+        if MODE == SEARCH_TOPP:
+            tl.store(mass_out + base + j, mass)
+        else:
+            tl.store(cnt_out + base + j, cnt)
+
+
+@triton.jit
+def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr,
+                 bound_ptr, sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr,
+                 lo_in, hi_in, cnt_in, mass_in, lo_out, hi_out, cut_val_ptr, cut_idx_ptr, V, SPLITS,
+                 STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
+    """Grid (F,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
+    f = tl.program_id(0)
+    row = tl.load(rows_ptr + f)
+    kk = tl.load(topk_ptr + row)
+    p = tl.load(topp_ptr + row)
+    zero64 = tl.zeros((), tl.int64)
+    if STEP == STEP_AFTER_STATS:
+        M = tl.full((), float("-inf"), tl.float32)
+        for s in range(0, SPLITS):
+            M = tl.maximum(M, tl.load(pmax_ptr + f * SPLITS + s))
+        S0 = tl.zeros((), tl.float32)
+        for s in range(0, SPLITS):
+            ms = tl.load(pmax_ptr + f * SPLITS + s)
+            S0 += tl.where(ms > float("-inf"), tl.load(psum_ptr + f * SPLITS + s) * tl.exp(ms - M), 0.0)
+        L = M + tl.load(logminp_ptr + row)
+        L = tl.where(L != L, float("-inf"), L)
+        tl.store(m_ptr + f, M)
+        tl.store(s0_ptr + f, S0)
+        tl.store(bound_ptr + f, L)
+        tl.store(sum_bound_ptr + f, tl.where((p < 1.0) & (M > float("-inf")) & (L > float("-inf")), L, float("inf")))
+        active = kk < V
+        tl.store(lo_out + f, tl.where(active, float_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64), zero64))
+        tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
+    elif STEP == STEP_AFTER_TOPK:
+        L = tl.load(bound_ptr + f)
+        if kk < V:
+            lo = tl.load(lo_in + f)
+            hi = tl.load(hi_in + f)
+            if lo < hi:
+                lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, 0, SEARCH_TOPK, NC)
+            L = tl.maximum(L, key_to_float(lo))
+            tl.store(bound_ptr + f, L)
+            M = tl.load(m_ptr + f)
+            tl.store(sum_bound_ptr + f, tl.where((p < 1.0) & (M > float("-inf")) & (L > float("-inf")), L,
+                                                 float("inf")))
+    elif STEP == STEP_BEFORE_TOPP:
+        M = tl.load(m_ptr + f)
+        L = tl.load(bound_ptr + f)
+        S = tl.load(s0_ptr + f)
+        if HAS_BOUND_PASS:
+            if L > float("-inf"):
+                S = tl.zeros((), tl.float32)
+                for s in range(0, SPLITS):
+                    S += tl.load(psum_ptr + f * SPLITS + s)
+        tl.store(s_ptr + f, S)
+        tl.store(omp_ptr + f, 1.0 - p)
+        active = (p < 1.0) & (M > float("-inf"))
+        tl.store(lo_out + f, tl.where(active, float_key(L).to(tl.int64), zero64))
+        tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
+    elif STEP == STEP_AFTER_TOPP:
+        M = tl.load(m_ptr + f)
+        L = tl.load(bound_ptr + f)
+        active = (p < 1.0) & (M > float("-inf"))
+        vstar = tl.full((), float("inf"), tl.float32)
+        if active:
+            lo = tl.load(lo_in + f)
+            hi = tl.load(hi_in + f)
+            if lo < hi:
+                lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
+                                 tl.load(omp_ptr + f), 0, SEARCH_TOPP, NC)
+            vstar = key_to_float(lo)
+        tl.store(vstar_ptr + f, vstar)
+        tl.store(sum_bound_ptr + f, tl.where(active, L, float("inf")))
+    elif STEP == STEP_BEFORE_IDX:
+        vstar = tl.load(vstar_ptr + f)
+        ndrop = tl.zeros((), tl.int32)
+        if vstar < float("inf"):
+            m = tl.zeros((), tl.int32)
+            below = tl.zeros((), tl.float32)
+            for s in range(0, SPLITS):
+                m += tl.load(pcnt_ptr + f * SPLITS + s)
+                below += tl.load(psum_ptr + f * SPLITS + s)
+            if m > 1:
+                S = tl.load(s_ptr + f)
+                pv = tl.exp(vstar - tl.load(m_ptr + f)) / S
+                ndrop_f = tl.floor((tl.load(omp_ptr + f) - below / S) / pv)
+                ndrop_f = tl.minimum(tl.maximum(ndrop_f, 0.0), (m - 1).to(tl.float32))
+                ndrop = ndrop_f.to(tl.int32)
+        tl.store(ndrop_ptr + f, ndrop)
+        tl.store(lo_out + f, zero64)
+        tl.store(hi_out + f, tl.where(ndrop > 0, zero64 + (V - 1), zero64))
+    else:  # STEP_FINAL
+        cut_val = tl.load(bound_ptr + f)
+        cut_idx = tl.zeros((), tl.int32)
+        if HAS_TOPP:
+            vstar = tl.load(vstar_ptr + f)
+            if vstar < float("inf"):
+                cut_val = vstar
+                ndrop = tl.load(ndrop_ptr + f)
+                if ndrop > 0:
+                    lo = tl.load(lo_in + f)
+                    hi = tl.load(hi_in + f)
+                    if lo < hi:
+                        lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, ndrop, SEARCH_IDX, NC)
+                    cut_idx = lo.to(tl.int32)
+        tl.store(cut_val_ptr + row, cut_val)
+        tl.store(cut_idx_ptr + row, cut_idx)
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class FilterScratch:
+    """Device scratch of the filter passes for F filtered rows and ``splits`` spans per row.
+
+    Per row: bound/sum_bound/m/s0/s/omp/vstar [F] float32, ndrop [F] int32, lo/hi [2, F] int64 (intervals,
+    by round parity); per span: pmax/psum [F, splits] float32, pcnt [F, splits] int32; per round:
+    cnt [2, F, splits, WAYS] int32 and mass [2, F, splits, WAYS] float32 (partials, by round parity).
+    Stage flags (host bools fixed at prepare time, so the launch sequence is graph-static):
+    any_topk, any_topp, any_bound (some top-p row also has min-p or top-k).
+    """
+
+    splits: int
+    span: int
+    block: int
+    idx_rounds: int
+    any_topk: bool
+    any_topp: bool
+    any_bound: bool
+    f32: dict = field(default_factory=dict)
+    i32: dict = field(default_factory=dict)
+    lo: torch.Tensor | None = None
+    hi: torch.Tensor | None = None
+    cnt: torch.Tensor | None = None
+    mass: torch.Tensor | None = None
+
+    @classmethod
+    def allocate(cls, num_rows: int, vocab: int, device, *, any_topk: bool, any_topp: bool,
+                 any_bound: bool, span: int = FILTER_SPAN) -> "FilterScratch":
+        """``span``: elements per program (a power of two; tests shrink it to split small rows)."""
+        splits = max(1, triton.cdiv(vocab, span))
+        fs = cls(splits=splits, span=span, block=min(span, FILTER_BLOCK), idx_rounds=max(1, triton.cdiv(max(vocab - 1, 1).bit_length(), 4)),
+                 any_topk=any_topk, any_topp=any_topp, any_bound=any_bound)
+        f = max(num_rows, 1)
+        for name in ("bound", "sum_bound", "m", "s0", "s", "omp", "vstar"):
+            fs.f32[name] = torch.empty(f, dtype=torch.float32, device=device)
+        fs.f32["pmax"] = torch.empty((f, splits), dtype=torch.float32, device=device)
+        fs.f32["psum"] = torch.empty((f, splits), dtype=torch.float32, device=device)
+        fs.i32["ndrop"] = torch.zeros(f, dtype=torch.int32, device=device)
+        fs.i32["pcnt"] = torch.empty((f, splits), dtype=torch.int32, device=device)
+        fs.lo = torch.zeros((2, f), dtype=torch.int64, device=device)
+        fs.hi = torch.zeros((2, f), dtype=torch.int64, device=device)
+        fs.cnt = torch.empty((2, f, splits, WAYS), dtype=torch.int32, device=device)
+        fs.mass = torch.empty((2, f, splits, WAYS), dtype=torch.float32, device=device)
+        return fs
+
+
+def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Tensor, log_min_p: torch.Tensor,
+                   top_k: torch.Tensor, top_p: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,
+                   fs: FilterScratch) -> None:
+    """Device work only (graph-capturable): write ``cut_val`` / ``cut_idx`` of the F rows in ``rows``."""
+    F, S, V = rows.numel(), fs.splits, logits.shape[1]
+    if F == 0:
+        return
+    a, b = fs.f32, fs.i32
+    common = dict(SPAN=fs.span, BLOCK=fs.block)
+
+    def step(kind, buf_in: int, part_in: int, buf_out: int):
+        _step_kernel[(F,)](rows, log_min_p, top_k, top_p, a["pmax"], a["psum"], b["pcnt"],
+                           a["bound"], a["sum_bound"], a["m"], a["s0"], a["s"], a["omp"], a["vstar"], b["ndrop"],
+                           fs.lo[buf_in], fs.hi[buf_in], fs.cnt[part_in], fs.mass[part_in],
+                           fs.lo[buf_out], fs.hi[buf_out], cut_val, cut_idx, V, S,
+                           STEP=kind, HAS_BOUND_PASS=fs.any_bound, HAS_TOPP=fs.any_topp, NC=WAYS, num_warps=1)
+
+    def search(mode, rounds: int) -> None:
+        for r in range(rounds):
+            _round_kernel[(F, S)](logits, logits.stride(0), rows, temp_div, top_k, a["bound"], a["m"], a["s"],
+                                  a["omp"], a["vstar"], b["ndrop"], fs.lo[r % 2], fs.hi[r % 2],
+                                  fs.lo[(r + 1) % 2], fs.hi[(r + 1) % 2], fs.cnt[(r + 1) % 2], fs.mass[(r + 1) % 2],
+                                  fs.cnt[r % 2], fs.mass[r % 2], V, S, MODE=mode, FIRST=r == 0, NC=WAYS,
+                                  num_warps=8, **common)
+
+    def mass(ties: bool) -> None:
+        _mass_kernel[(F, S)](logits, logits.stride(0), rows, temp_div, a["sum_bound"], a["m"], a["psum"], b["pcnt"],
+                             a["vstar"], V, S, TIES=ties, num_warps=8, **common)
+
+    _stats_kernel[(F, S)](logits, logits.stride(0), rows, temp_div, a["pmax"], a["psum"], V, S, num_warps=8, **common)
+    step(STEP_AFTER_STATS, 1, 1, 0)
+    if fs.any_topk:
+        search(SEARCH_TOPK, KEY_ROUNDS)
+        step(STEP_AFTER_TOPK, KEY_ROUNDS % 2, (KEY_ROUNDS - 1) % 2, 1)
+    if fs.any_topp:
+        if fs.any_bound:
+            mass(False)
+        step(STEP_BEFORE_TOPP, 1, 1, 0)
+        search(SEARCH_TOPP, KEY_ROUNDS)
+        step(STEP_AFTER_TOPP, KEY_ROUNDS % 2, (KEY_ROUNDS - 1) % 2, 1)
+        mass(True)
+        step(STEP_BEFORE_IDX, 1, 1, 0)
+        search(SEARCH_IDX, fs.idx_rounds)
+        step(STEP_FINAL, fs.idx_rounds % 2, (fs.idx_rounds - 1) % 2, 1)
+    else:
+        step(STEP_FINAL, 0, 0, 1)

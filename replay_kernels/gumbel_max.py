@@ -1,0 +1,30 @@
+"""``gumbel-max``: the parallel plain sampler (k = 0), one launch of the pruned draw kernel.
+
+Launches per step: the split-row filter passes of :mod:`replay_kernels.filters` (steps with
+min-p / top-k / top-p rows only),
+then ``draw._draw_kernel`` over grid ``(R, SPLITS)``. Bytes: each row read once
+(N x V x 4 B for fp32 logits; 2 B for bf16), tokens and counts written once.
+See :mod:`replay_kernels.draw` for the pruning and :mod:`replay_kernels.plain`
+for the refusal of requests with drafts.
+"""
+from __future__ import annotations
+
+from .draw import REDUCE_CHUNK, _draw_kernel
+from .plain import PlainSampler, PlainState
+
+
+class GumbelMaxSampler(PlainSampler):
+    """Parallel Gumbel-max: each row split over ``SPLITS`` programs that prune, reduced by the last to finish."""
+
+    name = "gumbel-max"
+    description = "parallel Gumbel-max plain sampler (k = 0), pruned, one launch (rows x splits), Triton"
+
+    def _draw(self, s: PlainState) -> None:
+        p, d = s.params, s.draw
+        _draw_kernel[(s.mode.numel(), d.splits)](
+            s.logits, s.logits.stride(0), s.dummy_f32, 0,
+            s.mode, s.row, s.slot, s.dummy_i32, s.dummy_i32, s.dummy_f32, s.dummy_f32,
+            p.temp_div, p.cut_val, p.cut_idx, s.dummy_f32, s.seed, s.positions,
+            d.part_max, d.part_arg, d.arrivals, s.counts_init, s.counts, s.tokens, s.tokens.stride(0),
+            s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
+            HAS_DRAFT=False, BLOCK=self.block, CHUNK=REDUCE_CHUNK, num_warps=8)

@@ -1,0 +1,119 @@
+"""What the plain-sample impls (k = 0) share: the draw plan and the prepare / launch / sample frame.
+
+``gumbel-max`` (:mod:`replay_kernels.gumbel_max`) and ``serial-scan``
+(:mod:`replay_kernels.serial_scan`) emit, for every request without drafts, the
+token of the ``mrv2`` contract: greedy requests (temperature 0) take the argmax
+of the raw row (first index on ties); the others take
+``argmax(processed + gumbel_noise(seed, pos, v))``, so they emit the same tokens
+as ``reference``. Requests with drafts (k > 0) are refused (route ``refused``,
+count 0, with a note): use ``stochastic``. Sampling parameters come from
+:mod:`replay_kernels.params` (a filter bound per row, applied on the fly).
+
+API (both impls)::
+
+    state = impl.prepare(step)            # host work; device tensors + preallocated outputs
+    tokens, counts = impl.launch(state)   # device work only: no host sync, graph-capturable
+    result = impl.sample(step)            # prepare + launch + routes -> SampleResult
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from replay_harness.impls.contract import Sampler
+from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step, expected_route
+
+from .draw import DRAW_BLOCK, DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
+from .filters import FILTER_SPAN
+from .params import RowParams, host_step, launch_params, prepare_params
+
+
+@dataclass
+class PlainState:
+    """Everything ``launch`` needs, on the step's device (built by ``prepare``).
+
+    logits [N, V] (engine dtype, contiguous rows); params: RowParams;
+    mode/row/slot [R] int32 (draw mode, logits row, output slot = 0);
+    seed [R] int64; positions [N] int64; tokens [R, max_k+1] int64; counts [R] int32;
+    counts_init [R] int32 (1, or 0 for refused requests); draw: DrawScratch; routes [R] int8 (host);
+    notes: list[str]; dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
+    """
+
+    logits: torch.Tensor
+    params: RowParams
+    mode: torch.Tensor
+    row: torch.Tensor
+    slot: torch.Tensor
+    seed: torch.Tensor
+    positions: torch.Tensor
+    tokens: torch.Tensor
+    counts: torch.Tensor
+    counts_init: torch.Tensor
+    draw: DrawScratch
+    routes: torch.Tensor
+    dummy_i32: torch.Tensor
+    dummy_f32: torch.Tensor
+    notes: list[str] = field(default_factory=list)
+
+
+class PlainSampler(Sampler):
+    """prepare / launch / sample of a plain sampler; subclasses write ``_draw(state)``."""
+
+    rng_contract = "mrv2"
+
+    def __init__(self, block: int = DRAW_BLOCK, programs: int = DRAW_PROGRAMS, filter_span: int = FILTER_SPAN):
+        self.block = block
+        self.programs = programs
+        self.filter_span = filter_span
+
+    def prepare(self, step: Step) -> PlainState:
+        """Host work: row parameters, draw plan and preallocated outputs (k > 0 requests refused)."""
+        logits = step.logits if step.logits.stride(1) == 1 else step.logits.contiguous()
+        device = logits.device
+        host = host_step(step)
+        r_count = step.num_requests
+        ks = host.num_drafts.tolist()
+        temps = host.temperature.tolist()
+        modes, routes, refused = [], [], []
+        for r in range(r_count):
+            if ks[r] > 0:
+                modes.append(MODE_NONE.value)
+                routes.append(ROUTE_CODE["refused"])
+                refused.append(int(host.request_ids[r]))
+            else:
+                modes.append(MODE_GREEDY.value if temps[r] == 0.0 else MODE_TARGET.value)
+                routes.append(ROUTE_CODE[expected_route(temps[r], 0)])
+        notes = []
+        if refused:
+            shown = ", ".join(str(x) for x in refused[:8]) + (" ..." if len(refused) > 8 else "")
+            notes.append(f"{self.name} handles plain-sample steps only (k = 0); refused {len(refused)} "
+                         f"request(s) with drafts ({shown}); use stochastic for speculative steps")
+        i32 = dict(dtype=torch.int32, device=device)
+        return PlainState(
+            logits=logits, params=prepare_params(step, device, self.filter_span),
+            mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),
+            slot=torch.zeros(r_count, **i32), seed=step.seed.to(device=device, dtype=torch.int64),
+            positions=step.positions.to(device=device, dtype=torch.int64),
+            tokens=torch.full((r_count, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
+            counts=torch.zeros(r_count, **i32),
+            counts_init=torch.tensor([0 if m == MODE_NONE.value else 1 for m in modes], **i32),
+            draw=DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs),
+            routes=torch.tensor(routes, dtype=torch.int8), notes=notes,
+            dummy_i32=torch.zeros(1, **i32), dummy_f32=torch.zeros(1, dtype=torch.float32, device=device))
+
+    def launch(self, state: PlainState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Device work only (graph-capturable): filter bounds (filtered rows only), then the impl's draw,
+        which writes every token, count and -1 pad of the outputs."""
+        if state.mode.numel():
+            launch_params(state.logits, state.params)
+            self._draw(state)
+        return state.tokens, state.counts
+
+    def _draw(self, state: PlainState) -> None:
+        raise NotImplementedError
+
+    def sample(self, step: Step) -> SampleResult:
+        state = self.prepare(step)
+        tokens, counts = self.launch(state)
+        return SampleResult(tokens=tokens.cpu(), counts=counts.cpu(), routes=state.routes, notes=list(state.notes))
