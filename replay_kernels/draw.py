@@ -23,8 +23,8 @@ padding: one launch, no reduce kernel, no fill.
 Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
 a tile whose best processed value plus ``NOISE_MAX`` (the largest noise the
 contract can produce) is below the program's running best is skipped after the
-load; otherwise the hash and uniform of every lane are computed, and only a tile
-where some ``x + gumbel_upper_bound(u)`` reaches the running best pays for the two
+load; otherwise the hash of every lane is computed, and only a tile
+where some ``x + gumbel_upper_bound(h)`` reaches the running best pays for the two
 logs of the exact noise. On peaked rows (real LLM logits) most tiles stop at the
 load, so the kernel runs near the memory floor; on flat random rows it saves the logs.
 """
@@ -46,7 +46,7 @@ MODE_GREEDY = tl.constexpr(1)    # argmax of the raw row
 MODE_TARGET = tl.constexpr(2)    # Gumbel-max over the processed target row
 MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting ``dtok``
 
-DRAW_BLOCK = 2048        # elements per tile
+DRAW_BLOCK = 2048        # elements per tile (4096 measured 15% slower on the H200: docs/BENCHMARKS.md)
 DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at (about 8 per SM on an H200)
 REDUCE_CHUNK = 128       # partials reduced per step
 
@@ -127,9 +127,9 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                     x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
                                   lse_q_ptr, req_temp_ptr, HAS_DRAFT)
                 if tl.max(x, axis=0) + NOISE_MAX >= best:
-                    u = hash_to_uniform(murmur3_finish(key, offs))
-                    if tl.max(x + gumbel_upper_bound(u), axis=0) >= best:
-                        score = x + uniform_to_gumbel(u)
+                    h = murmur3_finish(key, offs)
+                    if tl.max(x + gumbel_upper_bound(h), axis=0) >= best:
+                        score = x + uniform_to_gumbel(hash_to_uniform(h))
                         score = tl.where(valid & (score == score), score, float("-inf"))
                         m, a = tl.max(score, axis=0, return_indices=True)
                         if m > best:

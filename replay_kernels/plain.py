@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from replay_harness.impls.contract import Sampler
-from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step, expected_route
+from replay_harness.impls.contract import LaunchSampler
+from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 
 from .draw import DRAW_BLOCK, DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
@@ -57,7 +57,7 @@ class PlainState:
     notes: list[str] = field(default_factory=list)
 
 
-class PlainSampler(Sampler):
+class PlainSampler(LaunchSampler):
     """prepare / launch / sample of a plain sampler; subclasses write ``_draw(state)``."""
 
     rng_contract = "mrv2"
@@ -112,8 +112,3 @@ class PlainSampler(Sampler):
 
     def _draw(self, state: PlainState) -> None:
         raise NotImplementedError
-
-    def sample(self, step: Step) -> SampleResult:
-        state = self.prepare(step)
-        tokens, counts = self.launch(state)
-        return SampleResult(tokens=tokens.cpu(), counts=counts.cpu(), routes=state.routes, notes=list(state.notes))

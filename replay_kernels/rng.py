@@ -12,7 +12,7 @@ trees (so a GPU compile contracts them into FMAs the same way vLLM's does).
 * ``gumbel_noise(seed, pos, token)``: ``-log(-log(1 - u))``, float32.
 * The same in stages, for kernels that prune: ``murmur3_row_key(seed, pos)`` once per
   row, ``murmur3_finish(key, token)``, ``hash_to_uniform(h)``, ``uniform_to_gumbel(u)``,
-  and ``gumbel_upper_bound(u)`` (a bound on the noise without a log) and ``NOISE_MAX``.
+  and ``gumbel_upper_bound(h)`` (a bound on the noise from the hash alone) and ``NOISE_MAX``.
 
 ``seed`` is an int64 scalar (any integer dtype is widened to int64), ``pos`` an
 integer scalar or block (int64 semantics), ``token`` an int32/int64 scalar or
@@ -157,12 +157,14 @@ def gumbel_noise(seed, pos, token):
 
 
 @triton.jit
-def gumbel_upper_bound(u):
-    """A cheap upper bound of ``uniform_to_gumbel(u)``: no log, two float ops on the bits of u.
+def gumbel_upper_bound(h):
+    """A cheap upper bound of the noise of hash ``h``: three ops, no uniform, no log.
 
-    ``-log(-log(1 - u)) <= -log(u)`` (as ``-log(1 - u) >= u``), and for u = 2^e (1 + f),
-    ``log2(u) = e + log2(1 + f) >= e + f = bits(u) / 2^23 - 127``. So the noise is at most
-    ``(127 - bits(u) / 2^23) ln 2``, plus ``NOISE_SLACK`` for the rounding of the computed noise.
+    ``-log(-log(1 - u)) <= -log(u)`` (as ``-log(1 - u) >= u``) and ``u >= (h + 0.5) 2^-32`` up to fp32
+    rounding, so the noise is at most ``(32 - log2(h)) ln 2``. With f = fp32(h) = 2^e (1 + m),
+    ``log2(f) = e + log2(1 + m) >= e + m = bits(f) / 2^23 - 127``; so the noise is at most
+    ``(159 - bits(f) / 2^23) ln 2`` plus ``NOISE_SLACK`` (the rounding of f and of the computed noise).
+    For h = 0 the bound is 110: loose, still a bound.
     """
-    bits = u.to(tl.int32, bitcast=True).to(tl.float32)
-    return (127.0 - bits * 1.1920928955078125e-07) * 0.6931471805599453 + NOISE_SLACK
+    bits = h.to(tl.float32).to(tl.int32, bitcast=True).to(tl.float32)
+    return (159.0 - bits * 1.1920928955078125e-07) * 0.6931471805599453 + NOISE_SLACK

@@ -9,6 +9,10 @@ pieces (accept_test, residual_logits, gumbel_draw). Flaws:
 * ``noise-reused``         Gumbel noise keyed without the position (same noise at every position)
 * ``u-shared``             acceptance uniform keyed without the position (one u for all drafts)
 * ``temperature-ignored``  logits not divided by the temperature (filters still applied)
+
+and :class:`RowKeyedNoise`, the founding engine's random-sample kernel: noise keyed by (seed, batch row,
+token), not by position. Its marginals are right and twins in other batch rows get other noise, so only
+the position test of `replay verify` (same seed, same batch row, other positions) can see it.
 """
 from __future__ import annotations
 
@@ -75,3 +79,16 @@ class BrokenSampler(ReferenceSampler):
                 continue
             return out + [self._draw(self._residual(logits[i], d, q), seed, positions[i])]
         return out + [self._draw(logits[k], seed, positions[k])]
+
+
+class RowKeyedNoise(ReferenceSampler):
+    """The reference with every position of request r replaced by its batch row r: the noise (Gumbel and
+    acceptance uniform alike) is keyed by (seed, batch row, token) and the same at every position."""
+
+    name = "row-keyed-noise"
+    description = "noise keyed by seed, batch row and token, not position (the founding engine's kernel)"
+
+    def sample(self, step: Step):
+        rows = torch.repeat_interleave(torch.arange(step.num_requests, dtype=step.positions.dtype),
+                                       (step.cu_num_logits[1:] - step.cu_num_logits[:-1]).long())
+        return super().sample(dataclasses.replace(step, positions=rows))

@@ -388,3 +388,66 @@ def test_cli_planted_recording_json_is_strict_and_lines_name_everything(tmp_path
     assert len(lines) == len(found) and all(str(tmp_path / "rec") in x and "requests " in x and "steps " in x
                                             for x in lines)
     assert "(synthetic)" in out
+
+
+# ----------------------------------------------------------------------------- issue 13: judged correctly
+def test_a_row_with_no_finite_logit_is_forced_not_evidence():
+    """All -inf: the reference (and every peer) emits token 0; audit notes it, finds nothing."""
+    inf = -math.inf
+    step, toks, counts = _single([[inf, inf, inf, inf]], [0])
+    assert int(ReferenceSampler().sample(step).tokens[0, 0]) == 0
+    result = audit_steps([(step, toks, counts)])
+    assert result.ok, [f.message for f in result.findings]
+    assert [f.kind for f in result.notes] == ["degenerate-row"]
+    one_token = audit_steps([_single([[inf, 2.0, inf, inf]], [1])] * 5)  # a degenerate row: certain, no evidence
+    assert one_token.ok and not one_token.notes
+
+
+def _real_row(dtype: torch.dtype) -> torch.Tensor:
+    """Step 1, request 1 of fixtures/real-founding (a plain T=1 SmolLM2 row) in ``dtype``."""
+    from replay_harness.recording.store import Recording
+
+    return Recording(str(REPO / "fixtures" / "real-founding"))[1].step.logits[3].to(dtype)
+
+
+@pytest.mark.parametrize("dtype, finding", [(torch.float32, True), (torch.bfloat16, False)])
+def test_top_k_off_by_one_slack_follows_the_logits_dtype(dtype, finding):
+    """The 21st token under top-k 20: on float32 logits a certain finding (ulp-level slack); on bf16
+    logits a gap inside the bf16 rounding stays a note."""
+    row = _real_row(torch.float32)
+    order = torch.argsort(row, descending=True)
+    top = float(row[order[19]])
+    ulp_bf16 = 2.0 ** (math.floor(math.log2(abs(top))) - 7)
+    row[order[20]] = top - (0.003 if dtype == torch.float32 else ulp_bf16)  # the 21st just below the 20th
+    row = row.to(dtype)
+    assert float(row[order[20]]) < float(row[order[19]])
+    logits = row[None].float()
+    step, toks, counts = _single(logits.tolist(), [int(order[20])], top_k=20)
+    step.logits = row[None]
+    result = audit_steps([(step, toks, counts)])
+    assert any(f.kind == "outside-support" for f in result.findings) == finding, [f.message for f in result.notes]
+    assert any(f.kind == "outside-support" for f in result.notes) == (not finding)
+
+
+def test_reused_noise_is_the_one_diagnosis_of_an_argmax_excess():
+    from replay_harness.checks.audit import _one_diagnosis
+    from replay_harness.checks.findings import AuditResult, Finding
+
+    result = AuditResult(path="x", synthetic=True)
+    result.findings = [Finding("reused-noise", "finding", [1, 2], [0], 9.0, 1.0, -8.0, "m", test="recurrence"),
+                       Finding("greedy-at-temperature", "finding", [2], [0], 30.0, 20.0, -7.0, "m", test="argmax"),
+                       Finding("acceptance-rate", "finding", [3], [0], 9.0, 1.0, -9.0, "m", test="accept-high")]
+    _one_diagnosis(result)
+    assert [f.kind for f in result.findings] == ["reused-noise", "acceptance-rate"]
+    # a request not named by the reused-noise finding, all of whose tokens are in its scope (plain)
+    plain = AuditResult(path="x", synthetic=True)
+    plain.findings = [Finding("reused-noise", "finding", [1], [0], 9.0, 1.0, -8.0, "m", scope="plain"),
+                      Finding("greedy-at-temperature", "finding", [5], [0], 9.0, 3.0, -7.0, "m", scope="request 5")]
+    _one_diagnosis(plain, {1: {"plain"}, 5: {"plain"}})
+    assert [f.kind for f in plain.findings] == ["reused-noise"]
+    verify = AuditResult(path="x", synthetic=True)  # greedy verify + reused plain noise: two bugs, two findings
+    verify.findings = [Finding("reused-noise", "finding", [1], [0], 9.0, 1.0, -8.0, "m", scope="plain"),
+                       Finding("greedy-at-temperature", "finding", [1, 5], [0], 9.0, 3.0, -7.0, "m", scope="verify")]
+    _one_diagnosis(verify, {1: {"plain", "verify"}, 5: {"verify"}})
+    assert [f.kind for f in verify.findings] == ["reused-noise", "greedy-at-temperature"]
+    assert result.notes[0].kind == "greedy-at-temperature" and "explained by the reused-noise" in result.notes[0].message

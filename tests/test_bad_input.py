@@ -128,3 +128,26 @@ def test_unknown_impl_lists_known(rec):
 def test_usage_error_exit_2():
     code, _, err = cli("run")
     assert code == 2 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["run", "inspect"])
+def test_fifo_step_refused(rec, command):
+    """A FIFO in place of a step file: exit 2 at once, naming it (issue 16; it used to hang every command)."""
+    import os
+
+    path = rec / "steps" / "step-000001.safetensors"
+    path.unlink()
+    os.mkfifo(path)
+    expect_bad(rec, "step-000001.safetensors", "step 1", "not a regular file (a FIFO)", command=command)
+
+
+def test_validate_many_reports_each_recording_and_exits_2_when_one_is_bad(rec, tmp_path):
+    good = write_recording(tmp_path / "good", CASE)
+    path = corrupt(rec, set_item("top_p", 2, 1.5))
+    code, out, err = cli("validate", str(good), str(rec))
+    assert code == 2 and "Traceback" not in out + err, (out, err)
+    assert f"{good}: 2 steps, valid" in out and f"{rec}: 2 steps, 1 violation(s)" in out
+    assert f"error: {path}: step 1: field 'top_p'" in out
+    code, out, err = cli("validate", str(good), str(tmp_path / "nowhere"))
+    assert code == 2 and out == ""
+    assert err.strip() == f"replay: error: {tmp_path / 'nowhere'}: no such file or directory"

@@ -1,6 +1,8 @@
 """`replay run / inspect / validate / impls` end to end on SYNTHETIC recordings."""
 import json
+import shutil
 import types
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +10,8 @@ from helpers import cli
 from replay_harness import impls as registry
 from replay_harness.errors import UsageError
 from replay_harness.recording.synthetic import CASES, write_case
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +125,14 @@ def test_top_level_help_gives_every_command_a_whole_one_line_summary():
     assert code == 0
     lines = out.split("Commands:")[1].strip().splitlines()
     names = [ln.split()[0] for ln in lines]
-    assert names == ["run", "inspect", "validate", "impls", "record", "bench", "synth", "verify", "audit"]
+    assert names == ["run", "inspect", "validate", "impls", "record", "bench", "synth", "verify", "audit",
+                     "conformance"]
     assert all(not ln.rstrip().endswith("...") for ln in lines), lines   # click cuts at ~45 chars
     assert "Exit codes: 0 ok" in out and "4 inconclusive" in out
 
 
 @pytest.mark.parametrize("command", ["run", "inspect", "validate", "impls", "record", "bench", "synth", "verify",
-                                     "audit"])
+                                     "audit", "conformance"])
 def test_every_command_help_has_an_example(command):
     code, out, _ = cli(command, "--help")
     assert code == 0 and "Example: replay " + command in " ".join(out.split())
@@ -156,3 +161,30 @@ def test_out_naming_a_file_is_one_line_exit_2(tmp_path, command):
     assert code == 2, err             # was: internal error NotADirectoryError, exit 3 (record: after loading the model)
     assert err.count("\n") == 1 and "internal error" not in err and str(afile) in err and "folder" in err
     assert afile.read_text() == "not a folder"
+
+
+def test_run_takes_folders_of_recordings_each_once(tmp_path):
+    """A folder of recordings is searched recursively; a recording named twice is replayed once."""
+    from replay_harness.recording.discover import find_recordings
+
+    nested = tmp_path / "corpus" / "a"
+    nested.mkdir(parents=True)
+    shutil.copytree(REPO / "fixtures" / "synthetic-plain", nested / "plain")
+    shutil.copytree(REPO / "fixtures" / "synthetic-edge", tmp_path / "corpus" / "edge")
+    found = find_recordings([str(tmp_path / "corpus"), str(nested / "plain")])
+    assert found == [str(nested / "plain"), str(tmp_path / "corpus" / "edge")]
+    code, out, err = cli("run", str(tmp_path / "corpus"), str(nested / "plain"), "--impl", "reference", "--json")
+    assert code == 0, err
+    assert [r["path"] for r in json.loads(out)["recordings"]] == found
+    (tmp_path / "empty").mkdir()
+    code, _, err = cli("run", str(tmp_path / "empty"), "--impl", "reference")
+    assert code == 2 and "no replay recording" in err and "Traceback" not in err
+
+
+def test_bench_refuses_an_output_inside_its_input(tmp_path):
+    rec = tmp_path / "rec"
+    shutil.copytree(REPO / "fixtures" / "synthetic-plain", rec)
+    before = sorted((p.name, p.stat().st_size) for p in rec.rglob("*"))
+    code, _, err = cli("bench", str(rec), "--impl", "reference", "--csv", str(rec / "manifest.json"))
+    assert code == 2 and "is inside the input" in err
+    assert sorted((p.name, p.stat().st_size) for p in rec.rglob("*")) == before

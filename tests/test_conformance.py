@@ -1,5 +1,5 @@
-"""`replay conformance`: the vectors pass for reference, stochastic (interpreter) and the C++ example sampler
-(on the rules it implements); deliberately wrong samplers fail them, named by rule."""
+"""`replay conformance`: the vectors pass for reference, stochastic (interpreter) and the C++ example sampler's
+conformant build (-DCONFORMANT); deliberately wrong samplers (and its founding-bug builds) fail them, named by rule."""
 from __future__ import annotations
 
 import shutil
@@ -17,7 +17,8 @@ from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle import rng, sampling_params
 
 REPO = Path(__file__).resolve().parents[1]
-CPP_RULES = ["greedy-*", "gumbel-*", "temperature", "logits-dtypes"]  # what examples/cpp_sampler implements
+# what the founding builds of examples/cpp_sampler (default, -DGUARDED) get right; -DCONFORMANT passes all
+CPP_FOUNDING_RULES = ["greedy-ties", "gumbel-hash", "gumbel-clamp", "temperature", "logits-dtypes"]
 
 
 class ExactTopK(ReferenceSampler):
@@ -90,14 +91,38 @@ def test_cli_ok_and_usage():
     assert code == 2 and "no conformance vector" in err
 
 
-def test_cpp_example_sampler_passes_the_rules_it_implements(tmp_path):
+@pytest.fixture(scope="module")
+def cpp_builds(tmp_path_factory):
+    """The C++ example sampler's three builds: {"": founding bug, "GUARDED": its fix, "CONFORMANT": the contract}."""
     if shutil.which("g++") is None:
         pytest.skip("g++ not installed")
-    exe = tmp_path / "sampler"
-    subprocess.run(["g++", "-O1", "-std=c++17", "-ffp-contract=off", "-o", str(exe),
-                    str(REPO / "examples" / "cpp_sampler" / "sampler.cpp")], check=True)
-    rules = [a for r in CPP_RULES for a in ("--rule", r)]
-    code, out, err = cli("conformance", "--impl", f"exec:{exe}", *rules)
+    tmp = tmp_path_factory.mktemp("cpp_sampler")
+    builds = {}
+    for define in ("", "GUARDED", "CONFORMANT"):
+        exe = tmp / f"sampler-{define.lower() or 'default'}"
+        subprocess.run(["g++", "-O1", "-std=c++17", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
+                        *([f"-D{define}"] if define else []), "-o", str(exe),
+                        str(REPO / "examples" / "cpp_sampler" / "sampler.cpp")], check=True)
+        builds[define] = exe
+    return builds
+
+
+def test_cpp_conformant_build_passes_every_vector(cpp_builds):
+    code, out, err = cli("conformance", "--impl", f"exec:{cpp_builds['CONFORMANT']}")
     assert code == 0, out + err
-    code, out, _ = cli("conformance", "--impl", f"exec:{exe}", "--rule", "top-k-ties")  # refuses filters
-    assert code == 1 and "rule top-k-ties: step 0, request 100: refused" in out
+    assert f"{len(RULES)}/{len(RULES)} conformance vectors pass" in out
+
+
+@pytest.mark.parametrize("define", ["", "GUARDED"])
+def test_cpp_founding_builds_fail_the_stochastic_rules_by_name(cpp_builds, define):
+    # the default build verifies drafts greedily at t > 0 (the founding bug), -DGUARDED refuses them; both
+    # refuse plain requests with filters: exactly the rules below fail, each named; the others pass
+    code, out, _ = cli("conformance", "--impl", f"exec:{cpp_builds[define]}")
+    assert code == 1
+    failed = sorted(line.split()[1] for line in out.splitlines() if line.startswith("FAIL "))
+    assert failed == sorted(r.id for r in RULES if r.id not in CPP_FOUNDING_RULES)
+    assert f"{len(CPP_FOUNDING_RULES)}/{len(RULES)} conformance vectors pass" in out
+    assert "rule top-k-ties: step 0, request 100: refused" in out
+    rules = [a for r in CPP_FOUNDING_RULES for a in ("--rule", r)]
+    code, out, err = cli("conformance", "--impl", f"exec:{cpp_builds[define]}", *rules)
+    assert code == 0, out + err

@@ -208,7 +208,7 @@ def test_stochastic_covers_every_route_and_outcome():
     seen_routes, accepted, rejected, bonus = set(), 0, 0, 0
     for seed in range(20, 26):
         step = synthetic_step(seed, 211, 8, 3, draft_logits=seed % 2 == 0, filters=seed % 3 == 0)
-        got = StochasticSampler(stats_block=64, draw_block=64).sample(step)
+        got = StochasticSampler(stats_block=64, draw_block=64, stats_span=256).sample(step)
         compare(step, got, ReferenceSampler().sample(step))
         seen_routes |= set(got.route_names())
         k = step.num_drafts
@@ -297,7 +297,7 @@ DRAW_LAYOUTS = [(1, 64), (16, 64), (4096, 32)]
 
 
 @pytest.mark.parametrize("programs,block", DRAW_LAYOUTS)
-@pytest.mark.parametrize("spike", [0.0, 8.0, 40.0])
+@pytest.mark.parametrize("spike", [0.0, 40.0])
 def test_gumbel_max_split_and_pruned_rows_match_reference(programs, block, spike):
     step = peaked(synthetic_step(80, 1500, 32, 0, ks=[0] * 32, ties=True, greedy_frac=0.1, filters=spike > 0),
                   spike, seed=81)
@@ -308,7 +308,8 @@ def test_gumbel_max_split_and_pruned_rows_match_reference(programs, block, spike
 @pytest.mark.parametrize("programs,block", DRAW_LAYOUTS)
 def test_stochastic_split_and_pruned_draws_match_reference(programs, block):
     step = peaked(synthetic_step(82, 777, 6, 3, draft_logits=True, placeholders=True), 12.0, seed=83)
-    got = StochasticSampler(stats_block=128, draw_block=block, programs=programs, filter_span=128).sample(step)
+    got = StochasticSampler(stats_block=128, draw_block=block, programs=programs, filter_span=128,
+                            stats_span=512).sample(step)
     compare(step, got, ReferenceSampler().sample(step))
 
 

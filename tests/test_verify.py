@@ -287,3 +287,96 @@ def test_cli_stochastic_passes_on_a_small_synthetic_recording(tmp_path):
 def test_cli_bad_input_is_one_line_and_exit_2(args, needle):
     rc, out, err = cli("verify", *args)
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, (rc, out, err)
+
+
+# ----------------------------------------------------------------------------- simulated engines on real rows
+# The committed SmolLM2-135M fixtures (bf16 rows, V = 49,152). real-mixed: step 0 requests 1 (T=1, k=1) and
+# 2 (T=0.7, k=1, a confident row); step 1 request 1 is a plain T=1 sample (the random-sample kernel).
+def _verify_fixture(impl, name: str, trials: int, seed: int = 0) -> VerifyReport:
+    from replay_harness.recording.store import Recording
+
+    path = f"fixtures/{name}"
+    rep = VerifyReport(impl=impl.name, trials=trials, seed=seed, alpha=1e-3)
+    rng = np.random.default_rng(seed)
+    for record in Recording(path):
+        rep.units += verify_step(path, record.index, record.step, impl, trials, rng, torch.device("cpu"))
+    return finalize(rep)
+
+
+def test_position_blind_engine_fails_by_the_position_test_on_real_rows():
+    """Noise keyed by (seed, batch row, token): twins in other batch rows get other noise and pass; the
+    same seed in the same batch row at other positions repeats its outcome: "noise does not depend on
+    position" fails, on the plain sample and on the speculative requests alike."""
+    from broken_impls import RowKeyedNoise
+
+    torch.set_num_threads(1)
+    rep = _verify_fixture(RowKeyedNoise(), "real-mixed", 100)
+    failed = {(c.step, c.request, c.kind) for c in rep.failures}
+    assert {c.kind for c in rep.failures} == {"position"}, [c.message for c in rep.failures]
+    assert {(0, 1, "position"), (1, 1, "position")} <= failed
+    c = next(c for c in rep.failures if c.step == 1)
+    assert c.title == "position test (noise does not depend on position)" and c.observed == 1.0
+    assert "same batch row with the same seed" in c.message
+    assert all(c.passed for c in rep.checks if c.kind == "independence")  # the twin test cannot see it
+    ref = _verify_fixture(ReferenceSampler(), "real-mixed", 100)
+    assert ref.ok and any(c.kind == "position" for c in ref.checks), [c.message for c in ref.failures]
+
+
+def test_greedy_at_temperature_fails_on_real_rows():
+    from replay_harness.impls.engine_bug import GreedyOnlySampler
+
+    rep = _verify_fixture(GreedyOnlySampler(), "real-founding", 60)
+    assert {(0, 0, "distribution"), (0, 0, "acceptance")} <= {(c.step, c.request, c.kind) for c in rep.failures}
+
+
+def test_monte_carlo_p_value_decides_near_the_threshold():
+    """A distribution test whose chi-squared p-value lies near alpha/m is judged by a Monte Carlo p-value
+    under the exact multinomial law (simulations stated); one far above it keeps the chi-squared value."""
+    from replay_harness.checks.report import Check
+    from replay_harness.checks.stats import bin_tokens, monte_carlo_p, simulations_for
+
+    rng = np.random.default_rng(3)
+    law = rng.dirichlet(np.ones(30) * 0.3)
+    draws = (chi_square(rng.choice(30, size=300, p=law), law) for _ in range(5000))
+    cs = next(c for c in draws if 1e-4 < c.p_value < 1e-2 and not c.exact)  # within 100x of the threshold
+    far = next(c for c in draws if c.p_value > 0.05 and not c.exact)
+    where = dict(recording="r", step=0, request=0, request_id=0, position=0, n=300, message="")
+    near_c = Check(kind="distribution", statistic=cs.statistic, df=cs.df, p_value=cs.p_value, bins=cs.probs,
+                   method="chi-squared", **where)
+    far_c = Check(kind="distribution", statistic=far.statistic, df=far.df, p_value=far.p_value, bins=far.probs,
+                  method="chi-squared", **where)
+    rep = VerifyReport(impl="x", trials=300, seed=0, alpha=2e-4)  # two tests: threshold 1e-4
+    rep.units = [type("U", (), {"checks": [near_c, far_c]})()]
+    finalize(rep)
+    assert rep.threshold == pytest.approx(1e-4) and rep.simulations == near_c.simulations
+    assert near_c.method == "monte-carlo" and near_c.approx_p == cs.p_value and near_c.simulations > 0
+    assert far_c.method == "chi-squared" and far_c.p_value == far.p_value
+    assert "bins" not in near_c.to_dict() and near_c.to_dict()["simulations"] == near_c.simulations
+    # the Monte Carlo p-value is valid: under the law, P(p <= t) <= t (here t = 0.1, 400 draws)
+    counts_probs = [bin_tokens(rng.choice(30, size=300, p=law), law) for _ in range(400)]
+    ps = [monte_carlo_p(float(((o - 300 * p) ** 2 / (300 * p)).sum()), 300, p, rng, 99)[0] for o, p in counts_probs]
+    assert np.mean(np.array(ps) <= 0.1) <= 0.1 + 3 * np.sqrt(0.1 * 0.9 / 400)
+    assert simulations_for(5e-5) == 80000
+
+
+HANG = '''
+import json, sys, time
+print(json.dumps({"protocol": "replay.exec/1", "name": "hang", "rng_contract": "mrv2"}), flush=True)
+for line in sys.stdin:
+    time.sleep(600)
+'''
+
+
+def test_cli_external_timeout_names_the_recording_step_not_the_call(tmp_path):
+    """--impl-timeout works on verify, and the message quotes the recording's step number (1), not how
+    many impl calls verify made."""
+    import sys
+
+    prog = tmp_path / "hang.py"
+    prog.write_text(HANG)
+    rc, out, err = cli("verify", "fixtures/real-founding", "--steps", "1", "--trials", "4",
+                       "--impl", f"exec:{sys.executable} {prog}", "--impl-timeout", "1", "--device", "cpu")
+    assert rc == 3, out + err
+    assert "no reply to step 1 of fixtures/real-founding within 1 s (--impl-timeout)" in err, err
+    rc, _, err = cli("verify", "--impl", "reference", "--impl-timeout", "5")
+    assert rc == 2 and "--impl-timeout is only for external impls" in err

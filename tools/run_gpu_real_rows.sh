@@ -5,7 +5,8 @@
 # fixtures/real-draft-model, V = 151,936; SmolLM2-135M rows of fixtures/real-mixed, V = 49,152), then:
 # `replay run` ours against vLLM MRV2 token for token, `replay bench` ours vs each peer (A/B interleaved,
 # coverage counted), and the peers' own checks on the committed fixtures. Output: $OUT/real_rows.txt and
-# one JSON per bench under $OUT/real/.
+# one JSON per bench under $OUT/real/. Environment: REAL_SHAPES (name:source:R:k ...), SKIP_FIXTURE_RUN,
+# SKIP_VERIFY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/real_rows_out}"; mkdir -p "$OUT/real"
@@ -16,15 +17,13 @@ replay() { python3 -m replay_harness.cli "$@"; }
 R=/tmp/real_rows
 check() { echo; echo "==== \$ $*"; "$@"; echo "==== exit $?"; }
 {
-  for src in qwen:fixtures/real-draft-model smol:fixtures/real-mixed; do
-    name=${src%%:*}; path=${src#*:}
-    for shape in 1:0 256:0 64:4 256:4; do
-      b=${shape%%:*}; k=${shape#*:}
-      replay synth "$path" --out "$R/$name-R${b}k$k" --batch "$b" --drafts "$k" --vocab 248320 --overwrite >/dev/null \
-        || echo "synth $name R=$b k=$k failed"
-    done
+  for spec in ${REAL_SHAPES:-qwen:fixtures/real-draft-model:256:0 qwen:fixtures/real-draft-model:64:4 \
+              qwen:fixtures/real-draft-model:256:4 smol:fixtures/real-mixed:256:0}; do
+    IFS=: read -r name path b k <<<"$spec"
+    replay synth "$path" --out "$R/$name-R${b}k$k" --batch "$b" --drafts "$k" --vocab 248320 --overwrite >/dev/null \
+      || echo "synth $name R=$b k=$k failed"
   done
-  check replay run fixtures/*/ --impl vllm-mrv2 --against reference --device cuda
+  [ -n "${SKIP_FIXTURE_RUN:-}" ] || check replay run fixtures/*/ --impl vllm-mrv2 --against reference --device cuda
   check replay run $R/*/ --impl stochastic --against vllm-mrv2 --device cuda
   for rec in $R/*k0; do
     check replay bench "$rec" --impl gumbel-max --vs vllm-mrv2 --repeats 30 --json-file "$OUT/real/$(basename $rec)-vllm.json"
@@ -34,5 +33,5 @@ check() { echo; echo "==== \$ $*"; "$@"; echo "==== exit $?"; }
     check replay bench "$rec" --impl stochastic --vs vllm-mrv2 --repeats 30 --json-file "$OUT/real/$(basename $rec)-vllm.json"
     check replay bench "$rec" --impl stochastic --vs flashinfer --repeats 30 --json-file "$OUT/real/$(basename $rec)-fi.json"
   done
-  check timeout 200 replay verify --impl flashinfer --device cuda
+  [ -n "${SKIP_VERIFY:-}" ] || check timeout 90 python3 -m replay_harness.cli verify --impl flashinfer --device cuda
 } 2>&1 | tee "$OUT/real_rows.txt"

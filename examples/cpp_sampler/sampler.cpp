@@ -1,26 +1,43 @@
-// replay.exec/1 example sampler in C++17: the founding engine's routing, bug included.
+// replay.exec/1 example sampler in C++17, three builds of one file:
+//   default       the founding engine's routing, bug included              (handshake name cpp-greedy-only)
+//   -DGUARDED     its small fix: temperature > 0 under drafts refused       (cpp-guarded)
+//   -DCONFORMANT  the whole sampling contract of docs/FIXTURES.md: passes all 13 conformance vectors
+//                 (cpp-conformant)
 //
 // Build:   g++ -O2 -std=c++17 -ffp-contract=off -o sampler examples/cpp_sampler/sampler.cpp
 //          g++ -O2 -std=c++17 -ffp-contract=off -DGUARDED -o sampler-guarded examples/cpp_sampler/sampler.cpp
+//          g++ -O2 -std=c++17 -ffp-contract=off -DCONFORMANT -o sampler-conformant examples/cpp_sampler/sampler.cpp
 // Run:     replay run fixtures/real-founding --impl exec:./sampler --against reference
+//          replay conformance --impl exec:./sampler-conformant
 //
-// (-ffp-contract=off: no fused multiply-add, so the float32 arithmetic of the mrv2 noise is the
-// same operation sequence as the torch oracle on every CPU; baseline x86-64 has no FMA anyway.)
+// (-ffp-contract=off: no fused multiply-add, so every float32 expression below (the noise's series and
+// uniform, x / t, the softmax, log p, the residual) is the operation sequence the contract states on
+// every CPU; baseline x86-64 has no FMA anyway.)
 //
 // Protocol (docs/EXTERNAL.md): print one JSON handshake line; then for each line on stdin (the path of
 // a step file in the fixture step format, docs/FIXTURES.md) print one JSON reply line; exit on EOF.
 //
-// Routing (the founding bug): every request WITH drafts is verified greedily, whatever its
-// temperature: argmax walk over the raw logits (first index on ties), stop at the first draft that
-// differs or is -1, emit the bonus row's argmax when all pass. Requests WITHOUT drafts: temperature 0
-// -> argmax; temperature > 0 -> Gumbel-max over logits / temperature with the mrv2 noise
-// (murmur3-style hash of (seed, position, token)). Plain requests with top-k / top-p / min-p active
-// are refused ("not implemented in this example").
-// -DGUARDED: the small fix; a temperature > 0 request with drafts is refused by name instead.
+// Routing. Temperature 0 (every build): greedy, filters ignored: argmax (first index on ties); with
+// drafts the argmax walk, stopping at the first draft that differs or is -1, the bonus row's argmax when
+// all pass. Temperature > 0 (-DCONFORMANT): every row of the request goes through temperature, min-p,
+// top-k, top-p (apply_filters); then a Gumbel-max draw with the mrv2 noise (k = 0), or stochastic verify
+// (stochastic_walk): accept d iff log p(d) > log u + log q(d) with u the Philox acceptance uniform, else
+// draw from the residual and stop; a -1 draft ends verification with a draw from its row; all accepted:
+// the bonus draw.
+// The founding bug (default): a temperature > 0 request WITH drafts is verified greedily like a
+// temperature 0 one; -DGUARDED refuses it by name instead. Both founding builds sample plain
+// temperature > 0 requests like -DCONFORMANT but refuse those with top-k / top-p / min-p active ("not
+// implemented in this example"), as the founding engine's port did.
+//
+// Near-ties: the sum of exp is taken left to right, and log / exp / log1p are double results rounded to
+// float; torch (the oracle) sums in another order and its fp32 exp may differ in the last ulp. A decision
+// whose margin is a few ulp (<= 1e-4 nats: docs/FIXTURES.md, "Near-ties") may therefore differ from the
+// oracle; `replay run` tolerates those, and the conformance vectors hold none.
 //
 // The file holds its own minimal safetensors reader: 8-byte little-endian header length, a JSON
 // header, raw little-endian tensor bytes. Logits: F32, BF16, F16; integers: I32, I64.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -228,7 +245,7 @@ class SafeTensors {
   size_t data_start_ = 0;
 };
 
-// ---------------------------------------------------------------- mrv2 Gumbel noise
+// ---------------------------------------------------------------- mrv2 noise (docs/FIXTURES.md, "RNG contract")
 
 uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
 
@@ -245,14 +262,17 @@ uint32_t murmur_fmix(uint32_t h) {
   return h;
 }
 
-// log evaluated in double and rounded to float, as the torch oracle (replay_harness/oracle/rng.py) does.
+// fp32 log / exp / log1p evaluated in double and rounded to float: the correctly rounded value (up to
+// double rounding, far below the near-tie margin), as the torch oracle's log does (replay_harness/oracle/rng.py).
 float log_f32(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
+float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+float log1p_f32(float x) { return static_cast<float>(std::log1p(static_cast<double>(x))); }
 
 float gumbel_noise(int64_t seed, int64_t pos, uint32_t token) {
   uint64_t s = static_cast<uint64_t>(seed);
   uint32_t h = murmur_mix(0u, static_cast<uint32_t>(s));
   h = murmur_mix(h, static_cast<uint32_t>(s >> 32));
-  h = murmur_mix(h, static_cast<uint32_t>(static_cast<uint64_t>(pos)));
+  h = murmur_mix(h, static_cast<uint32_t>(static_cast<uint64_t>(pos)));  // low word of the position only
   h = murmur_mix(h, token);
   h = murmur_fmix(h ^ 16u);
   float u = static_cast<float>(h >> 16) * 1.52587890625e-05f +
@@ -264,22 +284,171 @@ float gumbel_noise(int64_t seed, int64_t pos, uint32_t token) {
     log1m = -u * poly;
   } else {
     float one_minus = 1.0f - u;
-    log1m = log_f32(one_minus < 5.960464477539063e-08f ? 5.960464477539063e-08f : one_minus);
+    log1m = log_f32(one_minus < 5.960464477539063e-08f ? 5.960464477539063e-08f : one_minus);  // 2^-24 clamp
   }
   return -log_f32(-log1m);
 }
 
-// ---------------------------------------------------------------- sampling
+// The acceptance uniform of a verify row: Philox-4x32-10 keyed by the seed's words, counter (pos_lo,
+// pos_hi, 0, 0); the output word c0 read as int32, ~x when negative, times fp32(4.6566127342e-10), at
+// least that constant (never 0).
+float accept_uniform(int64_t seed, int64_t pos) {
+  const uint64_t s = static_cast<uint64_t>(seed), p = static_cast<uint64_t>(pos);
+  uint32_t k0 = static_cast<uint32_t>(s), k1 = static_cast<uint32_t>(s >> 32);
+  uint32_t c0 = static_cast<uint32_t>(p), c1 = static_cast<uint32_t>(p >> 32), c2 = 0, c3 = 0;
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t b = uint64_t(c2) * 0xCD9E8D57u, a = uint64_t(c0) * 0xD2511F53u;
+    const uint32_t hi_b = static_cast<uint32_t>(b >> 32), lo_b = static_cast<uint32_t>(b);
+    const uint32_t hi_a = static_cast<uint32_t>(a >> 32), lo_a = static_cast<uint32_t>(a);
+    c0 = hi_b ^ c1 ^ k0;
+    c1 = lo_b;
+    c2 = hi_a ^ c3 ^ k1;
+    c3 = lo_a;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  int32_t x = static_cast<int32_t>(c0);  // two's complement (C++20 guarantees it; every C++17 target does it)
+  if (x < 0) x = ~x;
+  const float scale = 4.6566127342e-10f;
+  const float u = static_cast<float>(x) * scale;  // int -> fp32 rounds to nearest even
+  return u < scale ? scale : u;
+}
+
+// ---------------------------------------------------------------- sampling (docs/FIXTURES.md, "Sampling rules")
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t argmax_first(const float* x, int64_t n) {  // first index on ties, NaN as -inf
   int64_t best = 0;
-  float best_v = -std::numeric_limits<float>::infinity();
+  float best_v = kNegInf;
   for (int64_t i = 0; i < n; ++i) {
-    float v = std::isnan(x[i]) ? -std::numeric_limits<float>::infinity() : x[i];
+    float v = std::isnan(x[i]) ? kNegInf : x[i];
     if (v > best_v) { best_v = v; best = i; }
   }
   return best;
 }
+
+float max_of(const float* x, int64_t n) {
+  float m = kNegInf;
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// m + log(sum exp(x - m)), m = max x, left-to-right float sum (-inf entries add 0; all -inf gives -inf).
+float logsumexp(const float* x, int64_t n) {
+  const float m = max_of(x, n);
+  if (m == kNegInf) return m;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += exp_f32(x[i] - m);
+  return m + log_f32(sum);
+}
+
+// Does this request's row change under its parameters? (t > 0 and not: t = 1 with every filter off)
+bool filters_active(float t, int64_t k, float top_p, float min_p, int64_t V) {
+  return t != 0.0f && (t != 1.0f || min_p != 0.0f || k != V || top_p != 1.0f);
+}
+
+// One row, in place: temperature, min-p, top-k, top-p (k in [1, V]: 0 or > V already mapped to V).
+void apply_filters(float* x, int64_t V, float t, int64_t k, float top_p, float min_p) {
+  if (!filters_active(t, k, top_p, min_p, V)) return;
+  if (t != 1.0f)
+    for (int64_t v = 0; v < V; ++v) x[v] = x[v] / t;
+  if (min_p != 0.0f) {
+    const float bound = max_of(x, V) + log_f32(min_p);
+    for (int64_t v = 0; v < V; ++v)
+      if (x[v] < bound) x[v] = kNegInf;  // tokens AT the bound are kept
+  }
+  if (k == V && top_p == 1.0f) return;
+  std::vector<int64_t> order(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) order[v] = v;
+  std::stable_sort(order.begin(), order.end(), [x](int64_t a, int64_t b) { return x[a] < x[b]; });
+  std::vector<float> sorted(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) sorted[i] = x[order[i]];
+  const float kth = sorted[V - k];
+  for (int64_t i = 0; i < V; ++i)
+    if (sorted[i] < kth) sorted[i] = kNegInf;  // ties at the k-th value survive
+  if (top_p != 1.0f) {
+    // softmax of the ascending row (exp(x - max) / sum), then its cumulative sum, left to right, fp32
+    const float m = sorted[V - 1];
+    std::vector<float> e(static_cast<size_t>(V));
+    float sum = 0.0f;
+    for (int64_t i = 0; i < V; ++i) { e[i] = exp_f32(sorted[i] - m); sum += e[i]; }
+    const float cut = 1.0f - top_p;
+    float cum = 0.0f;
+    for (int64_t i = 0; i + 1 < V; ++i) {  // the last (largest) entry is always kept
+      cum += e[i] / sum;
+      if (cum <= cut) sorted[i] = kNegInf;
+    }
+  }
+  for (int64_t i = 0; i < V; ++i) x[order[i]] = sorted[i];
+}
+
+// A Gumbel-max draw from unnormalised log-probabilities z [V] at (seed, pos).
+int64_t gumbel_draw(const float* z, int64_t V, int64_t seed, int64_t pos, std::vector<float>& scores) {
+  for (int64_t v = 0; v < V; ++v) scores[v] = z[v] + gumbel_noise(seed, pos, static_cast<uint32_t>(v));
+  return argmax_first(scores.data(), V);
+}
+
+// Greedy verify over rows [k+1, V]: argmax walk, stop at the first draft that differs or is -1.
+std::vector<int64_t> greedy_walk(const float* rows, const int64_t* drafts, int64_t k, int64_t V) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < k; ++i) {
+    out.push_back(argmax_first(rows + i * V, V));
+    if (drafts[i] < 0 || out.back() != drafts[i]) return out;
+  }
+  out.push_back(argmax_first(rows + k * V, V));
+  return out;
+}
+
+// Stochastic verify over processed rows z [k+1, V]; draft [k, V] pre-temperature draft logits or null.
+std::vector<int64_t> stochastic_walk(const float* z, const int64_t* drafts, const int64_t* pos, int64_t k,
+                                     int64_t V, float t, int64_t seed, const float* draft) {
+  std::vector<int64_t> out;
+  std::vector<float> scores(static_cast<size_t>(V)), q(static_cast<size_t>(V)), res(static_cast<size_t>(V));
+  for (int64_t i = 0; i < k; ++i) {
+    const float* zi = z + i * V;
+    const int64_t d = drafts[i];
+    if (d < 0) {  // placeholder: verification ends, a draw from this row's target
+      out.push_back(gumbel_draw(zi, V, seed, pos[i], scores));
+      return out;
+    }
+    const float lse_p = logsumexp(zi, V);
+    float lse_q = 0.0f, log_q = 0.0f;  // one-hot draft: log q(d) = 0
+    if (draft) {
+      for (int64_t v = 0; v < V; ++v) q[v] = draft[i * V + v] / t;  // no filters on the draft
+      lse_q = logsumexp(q.data(), V);
+      log_q = q[d] - lse_q;
+    }
+    const float log_p = zi[d] - lse_p;
+    if (log_p > log_f32(accept_uniform(seed, pos[i])) + log_q) {
+      out.push_back(d);
+      continue;
+    }
+    std::copy(zi, zi + V, res.begin());  // residual max(p - q, 0), as log-probabilities
+    if (!draft) {
+      res[d] = kNegInf;
+    } else {
+      for (int64_t v = 0; v < V; ++v) {
+        const float lp = zi[v] - lse_p, ratio = exp_f32((q[v] - lse_q) - lp);  // NaN (both -inf): dropped
+        res[v] = ratio < 1.0f ? lp + log1p_f32(-ratio) : kNegInf;
+      }
+    }
+    out.push_back(gumbel_draw(res.data(), V, seed, pos[i], scores));
+    return out;
+  }
+  out.push_back(gumbel_draw(z + k * V, V, seed, pos[k], scores));
+  return out;
+}
+
+// Which build: the founding bug (default), its guarded fix (-DGUARDED) or the contract (-DCONFORMANT).
+enum class Build { GreedyOnly, Guarded, Conformant };
+#if defined(CONFORMANT)
+constexpr Build kBuild = Build::Conformant;
+#elif defined(GUARDED)
+constexpr Build kBuild = Build::Guarded;
+#else
+constexpr Build kBuild = Build::GreedyOnly;
+#endif
 
 struct Reply {
   std::vector<std::vector<int64_t>> tokens;
@@ -303,6 +472,9 @@ Reply sample_step(const SafeTensors& st) {
                        pos = st.ints("positions"), top_k = st.ints("top_k"), seed = st.ints("seed"),
                        ids = st.ints("request_ids");
   std::vector<float> temp = st.floats("temperature"), top_p = st.floats("top_p"), min_p = st.floats("min_p");
+  const bool has_draft_logits = st.has("draft_logits");
+  std::vector<float> draft_logits;
+  if (has_draft_logits) draft_logits = st.floats("draft_logits");
   const size_t R = cu.size() - 1;
   int64_t K = 0;
   for (size_t r = 0; r < R; ++r) K = std::max<int64_t>(K, cu[r + 1] - cu[r] - 1);
@@ -310,39 +482,32 @@ Reply sample_step(const SafeTensors& st) {
   auto t0 = std::chrono::steady_clock::now();
   Reply rep;
   std::vector<int64_t> refused_t, refused_filters;
-  std::vector<float> scores(static_cast<size_t>(V));
+  std::vector<float> z;
   for (size_t r = 0; r < R; ++r) {
     std::vector<int64_t> out;
     const int64_t a = cu[r], k = cu[r + 1] - cu[r] - 1;
+    const float t = temp[r];
+    const int64_t top = (top_k[r] <= 0 || top_k[r] > V) ? V : top_k[r];
+    const bool filtered = top != V || top_p[r] != 1.0f || min_p[r] != 0.0f;
     std::string route;
-    if (k > 0) {
-#ifdef GUARDED
-      if (temp[r] != 0.0f) { refused_t.push_back(ids[r]); route = "refused"; }
-#endif
-      if (route.empty()) {  // the bug: greedy verify whatever the temperature
-        route = "greedy-verify";
-        bool all_pass = true;
-        for (int64_t i = 0; i < k; ++i) {
-          int64_t best = argmax_first(&logits[(a + i) * V], V);
-          out.push_back(best);
-          if (drafts[a + i] < 0 || best != drafts[a + i]) { all_pass = false; break; }
-        }
-        if (all_pass) out.push_back(argmax_first(&logits[(a + k) * V], V));
-      }
-    } else if (temp[r] == 0.0f) {
-      route = "greedy-sample";
-      out.push_back(argmax_first(&logits[a * V], V));
-    } else if ((top_k[r] > 0 && top_k[r] < V) || top_p[r] != 1.0f || min_p[r] != 0.0f) {
+    if (t == 0.0f) {  // greedy: raw logits, filters ignored
+      route = k > 0 ? "greedy-verify" : "greedy-sample";
+      out = greedy_walk(&logits[a * V], &drafts[a], k, V);
+    } else if (k > 0 && kBuild == Build::GreedyOnly) {  // the founding bug: greedy verify at t > 0
+      route = "greedy-verify";
+      out = greedy_walk(&logits[a * V], &drafts[a], k, V);
+    } else if (k > 0 && kBuild == Build::Guarded) {
+      route = "refused";
+      refused_t.push_back(ids[r]);
+    } else if (k == 0 && filtered && kBuild != Build::Conformant) {
       route = "refused";
       refused_filters.push_back(ids[r]);
-    } else {
-      route = "random-sample";
-      const float* row = &logits[a * V];
-      for (int64_t v = 0; v < V; ++v) {
-        float x = temp[r] == 1.0f ? row[v] : row[v] / temp[r];
-        scores[v] = x + gumbel_noise(seed[r], pos[a], static_cast<uint32_t>(v));
-      }
-      out.push_back(argmax_first(scores.data(), V));
+    } else {  // t > 0: filters on every row of the request, then Gumbel draws / stochastic verify
+      route = k > 0 ? "stochastic-verify" : "random-sample";
+      z.assign(logits.begin() + a * V, logits.begin() + (a + k + 1) * V);
+      for (int64_t i = 0; i <= k; ++i) apply_filters(&z[i * V], V, t, top, top_p[r], min_p[r]);
+      const float* draft = has_draft_logits ? &draft_logits[(a - static_cast<int64_t>(r)) * V] : nullptr;
+      out = stochastic_walk(z.data(), &drafts[a], &pos[a], k, V, t, seed[r], draft);
     }
     rep.counts.push_back(static_cast<int64_t>(out.size()));
     out.resize(static_cast<size_t>(K + 1), -1);
@@ -395,13 +560,12 @@ std::string to_json(const Reply& rep) {
 }  // namespace
 
 int main() {
-#ifdef GUARDED
-  const char* name = "cpp-guarded";
-#else
-  const char* name = "cpp-greedy-only";
-#endif
+  const char* name = kBuild == Build::Conformant ? "cpp-conformant"
+                     : kBuild == Build::Guarded  ? "cpp-guarded" : "cpp-greedy-only";
+  const char* what = kBuild == Build::Conformant ? "C++ example: the full sampling contract"
+                                                 : "C++ example: the founding engine's routing";
   std::cout << "{\"protocol\":\"replay.exec/1\",\"name\":\"" << name
-            << "\",\"rng_contract\":\"mrv2\",\"description\":\"C++ example: the founding engine's routing\"}"
+            << "\",\"rng_contract\":\"mrv2\",\"description\":\"" << what << "\"}"
             << std::endl;  // std::endl flushes: the harness waits for this line
   std::string path;
   while (std::getline(std::cin, path)) {

@@ -241,13 +241,8 @@ def _coverage_call(s: Side, st: Step, device: torch.device, cov: SideCoverage) -
                     cov.launcher_kernels = (cov.launcher_kernels or Counter()) + launcher
         if "result" in holder:
             return holder["result"]
-        state = holder["state"]
-        routes = getattr(state, "routes", None)  # the prepared state of our Triton impls carries its routes
-        if isinstance(routes, torch.Tensor):
-            tokens, counts = holder["out"]
-            return SampleResult(tokens=tokens.cpu(), counts=counts.cpu(), routes=routes.clone().cpu(),
-                                notes=list(getattr(state, "notes", []) or []))
-        return s.impl.sample(st)
+        result = s.impl.result(holder["state"], *holder["out"])  # None: the state does not say its routes
+        return result if result is not None else s.impl.sample(st)
 
 
 def _count_routes(cov: SideCoverage, step: Step, result: SampleResult) -> list[str]:

@@ -29,21 +29,31 @@ p < ``NOTE_P`` (1e-3). Tests per recording: 5 statistics x (2 pooled scopes + on
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
 import torch
 
-from replay_harness.recording.store import Recording
+from replay_harness.checks.findings import AuditResult, Finding, Term, TestResult
+from replay_harness.checks.tails import format_p, poisson_binomial_log_tail
 from replay_harness.oracle.near_tie import NEAR_TIE_TOL
+from replay_harness.recording.store import Recording
 from replay_harness.oracle.sampling_params import apply_sampling_params, normalized_top_k
 from replay_harness.recording.step import Step
 
 FINDING_P = 1e-6
 NOTE_P = 1e-3
-BOUNDARY_REL = 2.0 ** -7  # relative rounding of a bf16 logit: the filter-boundary tolerance (with NEAR_TIE_TOL)
+# filter-boundary tolerance by the logits' dtype: (absolute, relative) slack of a logit, the rounding an
+# engine computing in that precision can introduce (bf16: 8 significant bits; float32: 8 ulps)
+BOUNDARY_SLACK = {torch.bfloat16: (NEAR_TIE_TOL, 2.0 ** -7), torch.float16: (NEAR_TIE_TOL, 2.0 ** -10),
+                  torch.float32: (1e-6, 2.0 ** -20), torch.float64: (1e-9, 2.0 ** -40)}
 BOUNDARY_MASS = 1e-4      # top-p mass tolerance
+
+
+def boundary_slack(dtype: torch.dtype, value: float) -> float:
+    """How far a logit of ``dtype`` may sit across a filter boundary by rounding alone (float32: ulp-level)."""
+    absolute, relative = BOUNDARY_SLACK.get(dtype, BOUNDARY_SLACK[torch.bfloat16])
+    return absolute + relative * abs(value)
 
 TESTS = {
     # test name: (finding kind, statistic, tail)
@@ -57,145 +67,6 @@ TESTS = {
 SCOPES = ("verify", "plain")  # T > 0 request-steps with drafts (stochastic-verify) / without (random-sample)
 
 
-# ----------------------------------------------------------------------------------------------- tails
-def poisson_binomial_log_tail(probs: Iterable[float], observed: int, upper: bool = True) -> float:
-    """Natural log of P(X >= observed) (``upper``) or P(X <= observed), X = sum of Bernoulli(probs).
-
-    Exact, by dynamic programming over the probabilities in log space (O(n^2), n = terms strictly
-    between 0 and 1), so tails far below 1e-308 keep their exponent. Returns -inf for impossible counts.
-    """
-    p = np.clip(np.nan_to_num(np.asarray(list(probs), dtype=np.float64), nan=0.0), 0.0, 1.0)
-    ones = int((p >= 1.0).sum())
-    core = p[(p > 0.0) & (p < 1.0)]
-    k, n = observed - ones, core.size
-    if upper:
-        if k <= 0:
-            return 0.0
-        if k > n:
-            return -math.inf
-    else:
-        if k < 0:
-            return -math.inf
-        if k >= n:
-            return 0.0
-    log_pmf = np.full(n + 1, -np.inf)
-    log_pmf[0] = 0.0
-    for i, (a, b) in enumerate(zip(np.log(core), np.log1p(-core))):
-        log_pmf[1:i + 2] = np.logaddexp(log_pmf[1:i + 2] + b, log_pmf[0:i + 1] + a)
-        log_pmf[0] += b
-    part = log_pmf[k:] if upper else log_pmf[:k + 1]
-    top = part.max()
-    return float(top + np.log(np.exp(part - top).sum())) if np.isfinite(top) else -math.inf
-
-
-def format_p(log10_p: float) -> str:
-    """'0' for certainty, '3.1e-45' even below the float range."""
-    if log10_p == -math.inf:
-        return "0"
-    if log10_p > -4:
-        return f"{10 ** log10_p:.3g}"
-    e = math.floor(log10_p)
-    m = 10 ** (log10_p - e)
-    if m >= 9.95:
-        m, e = 1.0, e + 1
-    return f"{m:.1f}e{e}"
-
-
-# ----------------------------------------------------------------------------------------------- results
-@dataclass
-class Term:
-    """One Bernoulli event of a statistical test: ``hit`` happened with probability ``prob`` under H0."""
-
-    step: int
-    request_id: int
-    offset: int  # emitted-token index within the request's step (row offset)
-    scope: str   # "verify" or "plain"
-    prob: float
-    hit: bool
-
-
-@dataclass
-class TestResult:
-    """A test over a set of terms. log10_p is log10 of the tail probability (-inf: impossible)."""
-
-    test: str
-    kind: str
-    scope: str  # "verify", "plain" or "request <id>"
-    statistic: str
-    tail: str
-    terms: int
-    observed: int
-    expected: float
-    log10_p: float
-
-    @property
-    def p_value(self) -> float:
-        return 10 ** self.log10_p if self.log10_p > -320 else 0.0
-
-
-@dataclass
-class Finding:
-    """Something the recording's tokens rule out (severity "finding") or make suspicious ("note")."""
-
-    kind: str
-    severity: str
-    request_ids: list[int]
-    steps: list[int]
-    observed: float | None
-    expected: float | None
-    log10_p: float | None  # None: not a statistical statement; -inf: certain
-    message: str
-    scope: str = ""
-    terms: int | None = None  # tokens (Bernoulli terms) the test covered
-    test: str = ""            # the statistical test (TESTS key) behind it; "" for certain findings
-
-    @property
-    def p_value(self) -> float | None:
-        if self.log10_p is None:
-            return None
-        return 10 ** self.log10_p if self.log10_p > -320 else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["p_value"] = self.p_value
-        d["p_value_text"] = None if self.log10_p is None else format_p(self.log10_p)
-        if d["log10_p"] is not None and not math.isfinite(d["log10_p"]):
-            d["log10_p"] = None if d["log10_p"] != d["log10_p"] else "-inf"
-        return d
-
-
-@dataclass
-class AuditResult:
-    path: str
-    synthetic: bool
-    steps: int = 0
-    request_steps: int = 0
-    tokens_stochastic: int = 0
-    tokens_greedy: int = 0
-    refused: int = 0
-    tests: list[TestResult] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    notes: list[Finding] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def to_dict(self) -> dict:
-        tests = []
-        for t in self.tests:
-            d = asdict(t)
-            d["p_value"] = t.p_value
-            d["p_value_text"] = format_p(t.log10_p)
-            d["log10_p"] = "-inf" if t.log10_p == -math.inf else t.log10_p
-            tests.append(d)
-        return {"path": self.path, "synthetic": self.synthetic, "ok": self.ok, "steps": self.steps,
-                "request_steps": self.request_steps, "tokens_stochastic": self.tokens_stochastic,
-                "tokens_greedy": self.tokens_greedy, "refused": self.refused,
-                "findings": [f.to_dict() for f in self.findings], "notes": [f.to_dict() for f in self.notes],
-                "tests": tests}
-
-
 # ----------------------------------------------------------------------------------------------- per token
 def _support_reason(step: Step, r: int, raw_row: torch.Tensor, token: int) -> str | None:
     """Why ``token`` is certainly outside the support of request ``r`` even with rounding slack, or None
@@ -205,7 +76,7 @@ def _support_reason(step: Step, r: int, raw_row: torch.Tensor, token: int) -> st
     lt = float(logits[token])
     if lt == -math.inf:
         return "its logit is -inf"
-    slack = NEAR_TIE_TOL + BOUNDARY_REL * abs(lt)
+    slack = boundary_slack(raw_row.dtype, lt)
     min_p = float(step.min_p[r])
     keep = torch.isfinite(logits)
     if min_p > 0:
@@ -238,6 +109,7 @@ class _Collector:
         self.certain: dict[str, list[tuple[int, int, str]]] = {}  # kind -> (step, request id, detail)
         self.boundary: list[tuple[int, int, str]] = []
         self.near_ties: list[tuple[int, int]] = []
+        self.forced: list[tuple[int, int, str]] = []  # T > 0 tokens of rows with no finite logit
         self.seen: dict[int, set[int]] = {}
         self.prev_interval: dict[int, tuple[float, float]] = {}
 
@@ -272,6 +144,9 @@ class _Collector:
                 lp = log_p[j]
                 probs = lp.exp()
                 self.result.tokens_stochastic += 1
+                if not bool(torch.isfinite(lp).any()):  # no finite logit: the token is forced, not sampled
+                    self.forced.append((index, rid, f"token {i} ({t})"))
+                    continue
                 if lp[t] == -math.inf:
                     self._outside(index, rid, step, r, j, i, t)
                 row = processed[j]
@@ -328,7 +203,7 @@ class _Collector:
                   t: int) -> None:
         log_q = torch.log_softmax(step.draft_logits[draft_row].double() / temperature, 0)
         excess = float(log_q[t] - lp[t])
-        if excess > NEAR_TIE_TOL + BOUNDARY_REL * abs(float(log_q[t])):
+        if excess > boundary_slack(step.draft_logits.dtype, float(log_q[t])):
             self.certain_finding("outside-support", index, rid, f"resampled token {t} has q >= p (outside the "
                                  f"residual max(p - q, 0); log q - log p = {excess:.3g})")
 
@@ -409,11 +284,47 @@ def _judge(result: AuditResult, col: _Collector, finding_p: float, note_p: float
                                     sorted({s for s, _, _ in items}), float(len(items)), None, None,
                                     f"{len(items)} token(s) just outside a top-k/top-p/min-p boundary, within the "
                                     f"rounding tolerance (not a finding): {items[0][2]}"))
+    if col.forced:
+        items = col.forced
+        result.notes.append(Finding("degenerate-row", "note", sorted({r for _, r, _ in items}),
+                                    sorted({s for s, _, _ in items}), float(len(items)), None, None,
+                                    f"{len(items)} T > 0 token(s) from rows with no finite logit after sampling "
+                                    f"params: forced, not sampled, so not judged (first: step {items[0][0]} "
+                                    f"request {items[0][1]} {items[0][2]})"))
+    scopes_of: dict[int, set[str]] = {}
+    for t in col.terms["argmax"]:
+        scopes_of.setdefault(t.request_id, set()).add(t.scope)
+    _one_diagnosis(result, scopes_of)
     if col.near_ties:
         result.notes.append(Finding("greedy-not-argmax", "note", sorted({r for _, r in col.near_ties}),
                                     sorted({s for s, _ in col.near_ties}), float(len(col.near_ties)), None, None,
                                     f"{len(col.near_ties)} greedy token(s) within {NEAR_TIE_TOL:g} of the argmax "
                                     f"(near-ties, tolerated)"))
+
+
+def _one_diagnosis(result: AuditResult, scopes_of: dict[int, set[str]] | None = None) -> None:
+    """One primary diagnosis per finding: noise reused across positions makes a request's draws move
+    together, which also inflates (or deflates) its argmax count (a reused uniform below p(argmax) emits
+    the argmax at every step). A greedy-at-temperature finding in the scope of a reused-noise finding
+    (verify / plain / one request), on requests it names, or on requests whose T > 0 tokens all lie in such
+    scopes (``scopes_of``: request id -> "verify" / "plain") is that symptom, not a second bug: it becomes
+    a note saying so. (A greedy verifier emits only argmax tokens, which the reused-noise counts leave
+    out, so it never triggers this.)"""
+    noisy = {r for f in result.findings if f.kind == "reused-noise" for r in f.request_ids}
+    scopes = {f.scope for f in result.findings if f.kind == "reused-noise"}
+    if not noisy:
+        return
+    keep = []
+    for f in result.findings:
+        covered = all((scopes_of or {}).get(r, {"?"}) <= scopes for r in f.request_ids)
+        if f.kind == "greedy-at-temperature" and (f.scope in scopes or set(f.request_ids) <= noisy or covered):
+            f.severity = "note"
+            f.message += "; explained by the reused-noise finding in the same scope (correlated draws), " \
+                         "not a separate bug"
+            result.notes.append(f)
+        else:
+            keep.append(f)
+    result.findings = keep
 
 
 def _message(test: TestResult) -> str:

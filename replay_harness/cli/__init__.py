@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import socket
 import sys
+import threading
+import warnings
 
 import typer
 
@@ -27,29 +31,120 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 
 # One line per command in `replay --help` (click would cut the docstring's first sentence at ~45 chars).
 COMMANDS = (
-    (run.run, "Replay recordings through an impl; compare tokens, counts, routes."),
-    (inspect.inspect, "Summarize a recording: steps, shapes, params, drafts, bytes."),
-    (validate.validate, "Check a recording against the fixture schema; exit 2 if invalid."),
+    (run.run, "Replay recordings through an impl; compare tokens and routes."),
+    (inspect.inspect, "Summarize a recording: steps, shapes, params, bytes."),
+    (validate.validate, "Check a recording against the schema; exit 2 if invalid."),
     (impls.impls, "List the sampler implementations --impl accepts."),
-    (record.record, "Decode with a real model (speculative decoding); record each step."),
-    (bench.bench, "Time impl A vs B on recorded steps; exit 4 if the path never ran."),
-    (synth.synth, "Derive production-shape steps (R, k, V) from a real recording."),
-    (verify.verify, "Test statistically that an impl samples the right distribution."),
+    (record.record, "Decode with a real model (speculative); record each step."),
+    (bench.bench, "Time impl A vs B on recorded steps; exit 4 if it never ran."),
+    (synth.synth, "Derive production-shape steps from a real recording."),
+    (verify.verify, "Test that an impl samples the right distribution."),
     (audit.audit, "Judge a recording's emitted tokens without replaying it."),
-    (conformance.conformance, "Check an impl against the conformance vectors, rule by rule."),
+    (conformance.conformance, "Check an impl against the conformance vectors."),
 )
 for command, short_help in COMMANDS:
     app.command(short_help=short_help)(command)
 
+INTERRUPT_GRACE_S = 1.0  # after Ctrl-C, the seconds a command has to unwind before replay exits anyway
+_WAKEUP: list[socket.socket] = []  # the signal wakeup socket pair
+_REPORTED = threading.Event()  # "replay: interrupted" was printed (once, by whichever path gets there first)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("replay-sampler-harness")
+        except metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        print(f"replay {version}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Record LLM decode steps and replay them through swappable sampler implementations."""
+
+
+def _interrupted() -> None:
+    if not _REPORTED.is_set():
+        _REPORTED.set()
+        err.print("replay: interrupted")
+    sys.exit(130)
+
+
+def _watch_interrupts() -> None:
+    """Ctrl-C ends every command within INTERRUPT_GRACE_S seconds with exit 130.
+
+    SIGINT raises KeyboardInterrupt in the main thread as usual (main prints "replay: interrupted"), but
+    Python runs signal handlers only between bytecodes: a main thread blocked in C (a torch kernel, a
+    Triton interpreter step, a read) would never see it. The C-level handler also writes the signal number
+    to a wakeup socket; a daemon thread reading it waits the grace period and then ends the process."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    try:
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except ValueError:
+        return
+
+    def watch() -> None:
+        while True:
+            data = reader.recv(64)
+            if not data:
+                return
+            if signal.SIGINT in data:
+                timer = threading.Timer(INTERRUPT_GRACE_S, _hard_exit)
+                timer.daemon = True  # a clean exit before the grace period ends is not held up
+                timer.start()
+                return
+
+    threading.Thread(target=watch, name="replay-interrupt", daemon=True).start()
+    _WAKEUP[:] = [reader, writer]  # kept open for the life of the process
+
+
+def _hard_exit() -> None:
+    try:
+        if not _REPORTED.is_set():
+            _REPORTED.set()
+            sys.stderr.write("replay: interrupted\n")
+            sys.stderr.flush()
+    finally:
+        os._exit(130)
+
+
+def _quiet_warnings() -> None:
+    """The Triton interpreter runs kernels in numpy, which warns on overflow / invalid values that the
+    kernels handle (masked lanes, -inf logits): not the user's business, so not on stderr."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"(triton|numpy)(\.|$)")
+
+
+def _fail(line: str, code: int) -> None:
+    """Print the one error line on stderr (and, when the command line has --json, one JSON document
+    ``{"error": ..., "exit_code": ...}`` on stdout), then exit with ``code``."""
+    err.print(line)
+    if "--json" in sys.argv[1:]:
+        import json
+
+        print(json.dumps({"error": line.removeprefix("replay: "), "exit_code": code}, sort_keys=True))
+    sys.exit(code)
+
 
 def main() -> None:
     """Console-script entry: one line and a documented exit code for every error, never a traceback."""
+    _watch_interrupts()
+    _quiet_warnings()
     try:
         rc = app(standalone_mode=False, prog_name="replay")  # same name under python -m
+        if rc == 130:  # typer turned Ctrl-C into Exit(130), which click returns when not standalone
+            _interrupted()
         sys.exit(rc if isinstance(rc, int) else 0)
     except ReplayError as e:
-        err.print(f"replay: error: {e}")
-        sys.exit(e.exit_code)
+        _fail(f"replay: error: {e}", e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except OSError as e:  # a path the user named: a file where a folder belongs (--out), no permission, ...
@@ -59,23 +154,19 @@ def main() -> None:
         hint = " (a file where a folder is expected)" if e.errno == errno.ENOTDIR else ""
         bad_path = e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EACCES,
                                errno.EPERM, errno.ENAMETOOLONG, errno.EROFS)
-        err.print(f"replay: error: {where}{e.strerror or e}{hint}")
-        sys.exit(EXIT_BAD_INPUT if bad_path else EXIT_ENVIRONMENT)
+        _fail(f"replay: error: {where}{e.strerror or e}{hint}", EXIT_BAD_INPUT if bad_path else EXIT_ENVIRONMENT)
     except (typer.Abort, KeyboardInterrupt):
-        err.print("replay: interrupted")
-        sys.exit(130)
+        _interrupted()
     except Exception as e:  # click usage errors (typer may vendor click: match by shape) and the unexpected
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `replay`: the help, not an error
             print(e.format_message())
             sys.exit(EXIT_OK)
         if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
             kind = "usage error" if e.exit_code == 2 else "error"
-            err.print(f"replay: {kind}: {e.format_message()}")
-            sys.exit(e.exit_code)
+            _fail(f"replay: {kind}: {e.format_message()}", e.exit_code)
         if os.environ.get("REPLAY_DEBUG"):
             raise
-        err.print(f"replay: internal error: {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for a traceback)")
-        sys.exit(3)
+        _fail(f"replay: internal error: {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for a traceback)", 3)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import math
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import JsonOpt, NanOpt, RecordingsArg, ids, out, print_json, progress
+from replay_harness.cli.common import (JsonOpt, NanOpt, QuietOpt, RecordingsArg, ids, out, print_json, progress,
+                                       small_cpu_threads)
 from replay_harness.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 
@@ -24,6 +25,7 @@ def audit(
     all_tests: bool = typer.Option(False, "--all-tests", help="Show the per-request tests in the table too."),
     nan: NanOpt = "error",
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Judge a recording without replaying it: are the emitted tokens possible, and plausible, under the
     recorded logits and sampling parameters? For engines whose RNG is unknown.
@@ -38,13 +40,16 @@ def audit(
     Example: replay audit fixtures/real-founding
     """
     from replay_harness.checks.audit import audit_recording, format_p
+    from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
 
     if not (0 < threshold <= note < 1):
         raise UsageError("need 0 < --threshold <= --note < 1")
+    small_cpu_threads()
+    paths = find_recordings(paths)
     total = sum(len(Recording(p, nan=nan)) for p in paths)
     results = []
-    with progress("replay audit", total) as bar:
+    with progress("replay audit", total, quiet=quiet) as bar:
         task = bar.add_task("steps", total=total)
         for p in paths:
             results.append(audit_recording(p, nan=nan, finding_p=threshold, note_p=note,

@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from replay_harness.cli.common import JsonOpt, NanOpt, device_opt, err, impl_arg_opt, impl_opt, out
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, NanOpt, device_opt, err, impl_arg_opt, impl_opt, out,
+                                       set_impl_timeout)
 from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, UsageError
 
 ImplOpt = impl_opt("Impl A (`replay impls` lists them).", optional=True)
@@ -79,6 +80,7 @@ def bench(
     plot_from: Optional[str] = typer.Option(None, "--plot-from", help="Only render --png from a CSV that "
                                                                       "`replay bench --csv` wrote."),
     resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples of the A/B ratio CI."),
+    impl_timeout: ImplTimeoutOpt = None,
 ) -> None:
     """Time impls on recorded steps (A vs B interleaved), and prove the code under test ran.
 
@@ -89,6 +91,10 @@ def bench(
     Example: replay bench fixtures/real-founding --impl greedy-only --vs stochastic
     """
     _check_outputs(json_file=json_file, csv=csv_file, png=png)
+    from replay_harness.limits import check_output
+
+    for option, target in (("--json-file", json_file), ("--csv", csv_file), ("--png", png)):
+        check_output(target, [*paths, plot_from], option)  # never write over an input recording or CSV
     if plot_from:
         if not png:
             raise UsageError("--plot-from needs --png OUT.png")
@@ -112,6 +118,7 @@ def bench(
     from replay_harness.bench.overrides import Overrides
     from replay_harness.bench.report import csv_rows, dumps, plot_rows, print_tables, to_json, write_csv
     from replay_harness.compare.runner import load_impl, resolve_device
+    from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
 
     dev = resolve_device(device)
@@ -123,6 +130,7 @@ def bench(
     ov_a = Overrides(temperature=temperature, top_p=top_p, top_k=top_k, drop_drafts=drop_drafts)
     ov_b = Overrides(temperature=vs_temperature if vs_temperature is not None else temperature, top_p=top_p,
                      top_k=top_k, drop_drafts=drop_drafts)
+    paths = find_recordings(paths)
     recs = [Recording(p, nan=nan) for p in paths]
     names = [impl] + ([vs or impl] if (vs or vs_temperature is not None) else [])
     args = list(impl_arg or [])
@@ -134,10 +142,15 @@ def bench(
             return None
         return args if (name.startswith("exec:") or not any_external) else None
 
-    sides = [Side("A", names[0], load_impl(names[0], dev, impl_args_for(names[0])), ov_a)]
+    def timeout_for(name: str) -> float | None:
+        return impl_timeout if name.startswith("exec:") else None
+
+    sides = [Side("A", names[0], load_impl(names[0], dev, impl_args_for(names[0]), timeout_for(names[0])), ov_a)]
     if len(names) == 2:
-        sides.append(Side("B", names[1], load_impl(names[1], dev, impl_args_for(names[1])), ov_b))
+        sides.append(Side("B", names[1], load_impl(names[1], dev, impl_args_for(names[1]), timeout_for(names[1])),
+                          ov_b))
     try:
+        set_impl_timeout([side.impl for side in sides], impl_timeout)
         total = sum(len(r) for r in recs)
         done = [0]
 

@@ -42,7 +42,7 @@ def conformance(
         raise UsageError("--impl-arg is only for external impls (--impl exec:PROGRAM)")
     dev = resolve_device(device)
     found = find_vectors(vectors, rule)
-    sampler = load_impl(impl, dev, impl_arg)
+    sampler = load_impl(impl, dev, impl_arg, impl_timeout if impl.startswith("exec:") else None)
     try:
         if impl_timeout is not None and sampler.external:
             sampler.timeout = impl_timeout

@@ -5,23 +5,30 @@ import json
 
 from rich.table import Table
 
-from replay_harness.cli.common import JsonOpt, RecordingArg, out, print_json
+from replay_harness.cli.common import JsonOpt, RecordingsArg, out, print_json
 
 
-def inspect(path: RecordingArg, as_json: JsonOpt = False) -> None:
-    """Show what a recording holds: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes.
+def inspect(paths: RecordingsArg, as_json: JsonOpt = False) -> None:
+    """Show what recordings hold: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes.
 
-    Exit 0, or 2 when the folder is not a readable recording.
+    Exit 0, or 2 when a folder is not a readable recording. Folders of recordings are searched.
 
     Example: replay inspect fixtures/real-founding --json
     """
+    from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
     from replay_harness.recording.summary import summarize
 
-    s = summarize(Recording(path))
+    summaries = [(p, summarize(Recording(p))) for p in find_recordings(paths)]
     if as_json:
-        print_json(s)
+        print_json(summaries[0][1] if len(summaries) == 1 else [s for _, s in summaries])
         return
+    for path, s in summaries:
+        _print_table(path, s)
+
+
+def _print_table(path: str, s: dict) -> None:
+    """The summary of one recording as a two-column table."""
     table = Table(title=f"{path}" + (" (synthetic)" if s["synthetic"] else ""), show_header=False)
     table.add_column("what")
     table.add_column("value")

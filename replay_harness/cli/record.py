@@ -15,8 +15,9 @@ from typing import Callable, Iterator, List, Optional
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import err, impl_opt, out, print_json, progress
+from replay_harness.cli.common import ImplTimeoutOpt, err, impl_opt, out, print_json, progress
 from replay_harness.errors import UsageError
+from replay_harness.limits import regular_file
 
 ImplOpt = impl_opt("The sampler used in the loop (a registry impl).")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
@@ -43,6 +44,7 @@ def read_prompts(prompts: list[str] | None, prompts_file: str | None) -> list[st
     texts = list(prompts or [])
     if prompts_file:
         path = Path(prompts_file)
+        regular_file(path)  # a FIFO would block the read for ever
         try:
             text = path.read_text()
         except OSError as e:
@@ -87,6 +89,7 @@ def record(
                                               "model name (qwen2.5-coder-0.5b drafts for qwen2.5-coder-1.5b), "
                                               "a local transformers folder or a .gguf file."),
     impl: ImplOpt = "reference",
+    impl_timeout: ImplTimeoutOpt = None,
     out_path: Optional[str] = typer.Option(None, "--out", help="Recording folder to create "
                                            "(default: recordings/record-<time>)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing recording at --out."),
@@ -113,8 +116,8 @@ def record(
     opts = RecordOptions(prompts=read_prompts(prompts, prompts_file), steps=steps, max_bytes=parse_bytes(max_bytes),
                          every=every, batch=batch, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                          seed=seed, drafter=drafter, num_drafts=num_drafts, early_exit_layers=early_exit_layers,
-                         draft_model=draft_model, impl=impl, out_path=out_path, overwrite=overwrite, model=model,
-                         dtype=dtype, stop_at_eos=stop_at_eos)
+                         draft_model=draft_model, impl=impl, impl_timeout=impl_timeout, out_path=out_path, overwrite=overwrite, model=model,
+                         dtype=dtype, stop_at_eos=stop_at_eos, inputs=[prompts_file] if prompts_file else [])
     summary = run_record(opts, loading=_loading, decoding=_decoding)
     if as_json:
         print_json(summary)

@@ -46,36 +46,26 @@ def run(
     """
     from contextlib import ExitStack
 
-    from replay_harness.compare.runner import load_impl, resolve_device, run_recording
-    from replay_harness.recording.store import Recording
+    from replay_harness.compare import distributed
+    from replay_harness.compare.runner import run_recording
 
-    if impl_timeout is not None and not impl_timeout > 0:
-        raise UsageError(f"--impl-timeout must be > 0 seconds, got {impl_timeout:g}")
-    exec_impl, exec_against = impl.startswith("exec:"), against.startswith("exec:")
-    if impl_timeout is not None and not (exec_impl or exec_against):
-        raise UsageError("--impl-timeout is only for external impls (--impl or --against exec:PROGRAM)")
-    args_for_against = bool(impl_arg) and exec_against and not exec_impl
-    dev = resolve_device(device)
-    recs = [Recording(p, nan=nan) for p in paths]
-    results = []
-    with ExitStack() as stack:  # external programs are stopped at the end, also on errors
-        sampler = load_impl(impl, dev, None if args_for_against else impl_arg)
-        stack.callback(sampler.close)
-        loaded = [sampler]
-        other = against
-        if against != "recorded":
-            other = load_impl(against, dev, impl_arg if args_for_against else None)
-            stack.callback(other.close)
-            loaded.append(other)
-        for s in loaded:
-            if impl_timeout is not None and s.external:
-                s.timeout = impl_timeout
-        with progress(f"replay {impl}", sum(len(r) for r in recs)) as bar:
-            task = bar.add_task("steps", total=sum(len(r) for r in recs))
-            for path, rec in zip(paths, recs):
-                for s in loaded:
-                    s.begin_recording(path)
-                results.append((rec, run_recording(rec, sampler, other, dev, on_step=lambda: bar.advance(task))))
+    options = (paths, impl, against, impl_arg, impl_timeout, device, nan)
+    if distributed.launched():  # one of several processes started by torchrun
+        sharded = _run_sharded(options)
+        if sharded is None:  # not rank 0: rank 0 reports for all
+            raise typer.Exit(EXIT_OK)
+        paths, results = sharded
+    else:
+        results = []
+        with ExitStack() as stack:  # external programs are stopped at the end, also on errors
+            dev, paths, recs, sampler, other, loaded = _prepare(options, stack)
+            with progress(f"replay {impl}", sum(len(r) for r in recs)) as bar:
+                task = bar.add_task("steps", total=sum(len(r) for r in recs))
+                for path, rec in zip(paths, recs):
+                    for s in loaded:
+                        s.begin_recording(path)
+                    results.append((rec, run_recording(rec, sampler, other, dev,
+                                                       on_step=lambda: bar.advance(task))))
     ok = all(c.ok for _, c in results)
     if as_json:
         doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": ok,
@@ -89,6 +79,71 @@ def run(
     else:
         _print_table(impl, against, paths, results)
     raise typer.Exit(EXIT_OK if ok else EXIT_MISMATCH)
+
+
+def _prepare(options: tuple, stack, shard=None) -> tuple:
+    """Check the options, open the recordings and load the impl(s) (closed by ``stack``): (device, paths,
+    recordings, impl, against (an impl or "recorded"), the loaded impls). ``shard``: this rank's device."""
+    from replay_harness.compare.runner import load_impl, resolve_device
+    from replay_harness.recording.discover import find_recordings
+    from replay_harness.recording.store import Recording
+
+    paths, impl, against, impl_arg, impl_timeout, device, nan = options
+    if impl_timeout is not None and not impl_timeout > 0:
+        raise UsageError(f"--impl-timeout must be > 0 seconds, got {impl_timeout:g}")
+    exec_impl, exec_against = impl.startswith("exec:"), against.startswith("exec:")
+    if impl_timeout is not None and not (exec_impl or exec_against):
+        raise UsageError("--impl-timeout is only for external impls (--impl or --against exec:PROGRAM)")
+    args_for_against = bool(impl_arg) and exec_against and not exec_impl
+    dev = resolve_device(device)
+    if shard is not None:
+        dev = shard.device(dev)
+    paths = find_recordings(paths)
+    recs = [Recording(p, nan=nan) for p in paths]
+    sampler = load_impl(impl, dev, None if args_for_against else impl_arg, impl_timeout if exec_impl else None)
+    stack.callback(sampler.close)
+    loaded = [sampler]
+    other = against
+    if against != "recorded":
+        other = load_impl(against, dev, impl_arg if args_for_against else None, impl_timeout if exec_against else None)
+        stack.callback(other.close)
+        loaded.append(other)
+    for s in loaded:
+        if impl_timeout is not None and s.external:
+            s.timeout = impl_timeout
+    return dev, paths, recs, sampler, other, loaded
+
+
+def _run_sharded(options: tuple) -> tuple | None:
+    """Under torchrun: replay this rank's (recording, step) units (compare/distributed.py); rank 0 gets
+    (paths, [(recording, Comparison)]) merged in step order, the other ranks None."""
+    from contextlib import ExitStack
+
+    from replay_harness.compare import distributed
+    from replay_harness.compare.diff import Comparison
+    from replay_harness.compare.runner import replay_step, start_comparison
+
+    mine: dict = {}  # this rank's paths, recordings and per-recording head comparisons (rank 0 reports them)
+
+    def body(shard: distributed.Shard) -> list:
+        parts, begun = [], set()
+        with ExitStack() as stack:
+            dev, paths, recs, sampler, other, loaded = _prepare(options, stack, shard)
+            heads = [start_comparison(rec, sampler, other) for rec in recs]
+            mine.update(paths=paths, recs=recs, heads=[cmp for cmp, _ in heads])
+            for r, i in shard.units([rec.files for rec in recs]):
+                if r not in begun:
+                    begun.add(r)
+                    for s in loaded:
+                        s.begin_recording(paths[r])
+                parts.append(((r, i), replay_step(Comparison(), recs[r], i, sampler, other, dev, heads[r][1])))
+        return parts
+
+    values = distributed.run_sharded(body)
+    if values is None:
+        return None
+    merged = distributed.merge_units(mine["heads"], [part for parts in values for part in parts])
+    return mine["paths"], list(zip(mine["recs"], merged))
 
 
 def _print_table(impl: str, against: str, paths: List[str], results: list) -> None:

@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import JsonOpt, device_opt, impl_arg_opt, impl_opt, out, print_json, progress
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, QuietOpt, device_opt, impl_arg_opt, impl_opt, out,
+                                       print_json, progress, set_impl_timeout, small_cpu_threads)
 from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
 
 MAX_FAILURE_LINES = 20
@@ -25,30 +26,35 @@ def verify(
                                                 "top-k/top-p/min-p, placeholders)."),
     impl: ImplOpt = "reference",
     trials: int = typer.Option(400, "--trials", help="Runs of every request, each with its own seed (half of "
-                                                     "them twins: same seed, shifted positions). Runtime is "
-                                                     "linear in it; power grows with it."),
+                                                     "them twins: same seed, shifted positions), plus half as "
+                                                     "many for the position test. Runtime is linear in it; "
+                                                     "power grows with it."),
     steps: Optional[str] = typer.Option(None, "--steps", help="Steps to verify in every recording, e.g. 0 or "
                                                               "0,2 or 1-3 (default: all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the trial seeds (same seed, same trials)."),
     alpha: float = typer.Option(1e-3, "--alpha", help="Family-wise false-alarm rate: each of the m tests "
-                                                      "must reach p >= alpha/m (Bonferroni); exact for the "
-                                                      "binomial tests, about 2x liberal for chi-squared ones "
-                                                      "(docs/VERIFY.md)."),
+                                                      "must reach p >= alpha/m (Bonferroni); every verdict "
+                                                      "rests on an exact or Monte Carlo p-value, so the rate "
+                                                      "is at most alpha (docs/VERIFY.md)."),
     recorded_drafts: bool = typer.Option(False, "--recorded-drafts", help="On steps with draft logits, keep "
                                          "the recorded drafts in every trial (exact conditional law) instead of "
                                          "drawing them from the draft distribution q (default)."),
     no_twins: bool = typer.Option(False, "--no-twins", help="Give every trial its own seed and skip the "
-                                  "independence test (for impls whose RNG contract does not key noise by position)."),
+                                  "independence and position tests (for impls whose RNG contract does not key "
+                                  "noise by position)."),
     impl_arg: ImplArgOpt = None,
+    impl_timeout: ImplTimeoutOpt = None,
     device: DeviceOpt = "auto",
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Check statistically that --impl samples from the right distribution.
 
     Every request of every chosen step is re-run --trials times with distinct seeds. Per position, the
     emitted tokens are tested against the exact law after sampling params (chi-squared, sparse bins
-    merged), the acceptance rate against the theoretical one (binomial), twin runs for independent
-    noise (binomial), greedy requests for the exact argmax walk. Exit 0 when every test passes, 1 when
+    merged; Monte Carlo p-values near the threshold), the acceptance rate against the theoretical one
+    (binomial), twin runs and same-row reruns at other positions for independent noise (binomial:
+    "noise does not depend on position"), greedy requests for the exact argmax walk. Exit 0 when every test passes, 1 when
     a test fails (position and statistic named) or requests were refused (not verifiable), 2 on bad
     input, 3 when the impl cannot run here, 4 when nothing could be tested.
 
@@ -56,6 +62,7 @@ def verify(
     """
     import numpy as np
 
+    from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
     from replay_harness.compare.runner import load_impl, resolve_device
     from replay_harness.checks.verify import VerifyReport, builtin_steps, finalize, parse_steps, verify_step
@@ -65,8 +72,10 @@ def verify(
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha must lie in (0, 1), got {alpha:g}")
     dev = resolve_device(device)
+    small_cpu_threads(dev)
     sources = []  # (label, synthetic, [(index, step)]) -- steps are read lazily
     if paths:
+        paths = find_recordings(paths)
         for p in paths:
             rec = Recording(p)
             try:
@@ -82,20 +91,25 @@ def verify(
             raise UsageError(f"--steps for the built-in steps: {e}") from None
         sources.append(("built-in (synthetic)", True, built, chosen))
 
-    sampler = load_impl(impl, dev, impl_arg)
+    sampler = load_impl(impl, dev, impl_arg, impl_timeout if impl.startswith("exec:") else None)
     report = VerifyReport(impl=impl, trials=trials + trials % 2, seed=seed, alpha=alpha,
                           drafts="recorded" if recorded_drafts else "sampled")
     rng = np.random.default_rng(seed)
     try:
-        with progress("verify") as bar:
-            task = bar.add_task("runs", total=None)
+        set_impl_timeout(sampler, impl_timeout)
+        def step_at(rec, i):
+            return rec[i].step if isinstance(rec, Recording) else rec[i]
+
+        total = sum(_runs(step_at(rec, i), trials, not no_twins) for _, _, rec, chosen in sources for i in chosen)
+        with progress("replay verify", total, quiet=quiet) as bar:
+            task = bar.add_task("runs", total=total)
             for label, _, rec, chosen in sources:
                 if label in (paths or []):
                     sampler.begin_recording(label)
                 for i in chosen:
-                    step = rec[i].step if isinstance(rec, Recording) else rec[i]
+                    step = step_at(rec, i)
                     report.units += verify_step(label, i, step, sampler, trials, rng, dev,
-                                                on_chunk=lambda n: bar.advance(task, 2 * n),
+                                                on_chunk=lambda n: bar.advance(task, n),
                                                 sample_drafts=not recorded_drafts, twins=not no_twins)
     finally:
         sampler.close()
@@ -113,6 +127,15 @@ def verify(
     raise typer.Exit(code)
 
 
+def _runs(step, trials: int, twins: bool) -> int:
+    """The impl runs verify makes for ``step``: the position test (twins) runs for T > 0 requests only."""
+    from replay_harness.checks.trials import expected_runs
+
+    stochastic = int((step.temperature != 0).sum())
+    return (expected_runs([step.num_requests - stochastic], trials, position=False)
+            + expected_runs([stochastic], trials, position=twins))
+
+
 def _fmt_p(p: float) -> str:
     return "0" if p == 0 else f"{p:.3g}"
 
@@ -124,6 +147,18 @@ def unit_result(u) -> str:
     if u.status in ("skipped", "untestable") or not u.checks:
         return "not testable"
     return "FAIL" if u.failed else "ok"
+
+
+def _statistic(c, thr: float) -> str:
+    """How a failed test's p-value came about: the statistic, the method and the threshold."""
+    if c.kind == "distribution":
+        how = {"monte-carlo": f"Monte Carlo, {c.simulations} simulations; chi-squared approximation "
+                              f"{_fmt_p(c.approx_p or 0.0)}", "binomial": "two bins: exact binomial"}.get(c.method,
+                                                                                                   "chi-squared")
+        return f"chi2 = {c.statistic:.1f}, df = {c.df}, p = {_fmt_p(c.p_value)} < {thr:.2g}; {how}"
+    if c.statistical:
+        return f"binomial: {int(c.statistic)} of {c.n}, p = {_fmt_p(c.p_value)} < {thr:.2g}"
+    return "exact check"
 
 
 def _print(report, sources, code: int) -> None:
@@ -143,13 +178,7 @@ def _print(report, sources, code: int) -> None:
         where = f"{c.recording}: step {c.step}, request {c.request_id} (index {c.request})"
         if c.position is not None:
             where += f", position {c.position}"
-        if c.kind == "distribution":
-            stat = f"chi2 = {c.statistic:.1f}, df = {c.df}, p = {_fmt_p(c.p_value)} < {thr:.2g}"
-        elif c.statistical:
-            stat = f"binomial: {int(c.statistic)} of {c.n}, p = {_fmt_p(c.p_value)} < {thr:.2g}"
-        else:
-            stat = "exact check"
-        out.print(f"{where}: {c.kind} test FAILED ({stat}): {c.message}")
+        out.print(f"{where}: {c.title} FAILED ({_statistic(c, thr)}): {c.message}")
     if len(report.failures) > MAX_FAILURE_LINES:
         out.print(f"... and {len(report.failures) - MAX_FAILURE_LINES} more failed tests (--json lists all)")
     for u in report.refused:
@@ -159,7 +188,7 @@ def _print(report, sources, code: int) -> None:
     exact = [c for c in report.checks if not c.statistical]
     stat_failed = sum(c.statistical for c in failed)
     summary = (f"{m} statistical tests (per-test threshold p >= {thr:.2g}: family-wise false-alarm rate "
-               f"{report.alpha:g}, Bonferroni), {stat_failed} failed; {len(exact)} exact checks, "
+               f"at most {report.alpha:g}, Bonferroni), {stat_failed} failed; {len(exact)} exact checks, "
                f"{len(failed) - stat_failed} failed; {len(report.refused)} request(s) refused"
                if m else f"no statistical test ran; {len(exact)} exact checks, {len(failed)} failed; "
                          f"{len(report.refused)} request(s) refused")

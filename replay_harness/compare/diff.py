@@ -5,7 +5,7 @@ Pure functions returning dataclasses; printing lives in :mod:`replay_harness.cli
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
@@ -70,6 +70,14 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return not (self.real_divergences or self.violations or self.against_violations or self.refused)
+
+    def merge(self, later: "Comparison") -> "Comparison":
+        """Fold ``later`` (the comparison of the steps that follow) into this one: counts add, lists
+        extend. Merging the per-step comparisons in step order gives what one pass over the steps gives."""
+        for f in fields(self):
+            value = getattr(later, f.name)
+            setattr(self, f.name, getattr(self, f.name) + value)
+        return self
 
     def to_dict(self) -> dict:
         first = self.divergences[0] if self.divergences else None

@@ -27,8 +27,10 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_impl(name: str, device: torch.device, impl_args: list[str] | None = None) -> Sampler:
-    impl = get_impl(name, impl_args)
+def load_impl(name: str, device: torch.device, impl_args: list[str] | None = None,
+              timeout: float | None = None) -> Sampler:
+    """``get_impl`` plus the CUDA check (exit 3); ``timeout`` (--impl-timeout) reaches external impls."""
+    impl = get_impl(name, impl_args, timeout=timeout)
     if impl.requires_cuda and device.type != "cuda":
         raise EnvironmentProblem(f"impl '{name}' needs a CUDA GPU")
     return impl
@@ -41,21 +43,35 @@ def run_recording(rec: Recording, impl: Sampler, against: str | Sampler, device:
     Stochastic requests are compared token by token only when both sides declare the same RNG
     contract (an undeclared one, "unknown", never matches).
     """
+    cmp, exact = start_comparison(rec, impl, against)
+    for index in range(len(rec)):
+        replay_step(cmp, rec, index, impl, against, device, exact)
+        if on_step:
+            on_step()
+    return cmp
+
+
+def start_comparison(rec: Recording, impl: Sampler, against: str | Sampler) -> tuple[Comparison, bool]:
+    """An empty Comparison for ``rec`` (with the note when the RNG contracts differ) and whether
+    stochastic requests are compared token by token (``exact``)."""
     cmp = Comparison()
-    recorded = against == "recorded"
-    other_contract = rec.rng_contract if recorded else against.rng_contract
+    other_contract = rec.rng_contract if against == "recorded" else against.rng_contract
     exact = other_contract == impl.rng_contract != "unknown"
     if not exact:
         cmp.notes.append(f"RNG contracts differ ({impl.rng_contract} vs {other_contract}): "
                          "stochastic requests are not compared token by token; use statistical verification")
-    for record in rec:
-        with torch.inference_mode() if device.type == "cuda" else nullcontext():
-            got = _to_cpu(impl.sample(place(record.step, impl, device)))
-            want = recorded_result(record.emitted) if recorded else \
-                _to_cpu(against.sample(place(record.step, against, device)))
-        compare_step(cmp, record.index, record.step, got, want, exact_stochastic=exact)
-        if on_step:
-            on_step()
+    return cmp, exact
+
+
+def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, against: str | Sampler,
+                device: torch.device, exact: bool) -> Comparison:
+    """Read step ``index`` of ``rec``, replay it through ``impl`` (and ``against``) and fold it into ``cmp``."""
+    record = rec[index]
+    with torch.inference_mode() if device.type == "cuda" else nullcontext():
+        got = _to_cpu(impl.sample(place(record.step, impl, device)))
+        want = recorded_result(record.emitted) if against == "recorded" else \
+            _to_cpu(against.sample(place(record.step, against, device)))
+    compare_step(cmp, record.index, record.step, got, want, exact_stochastic=exact)
     return cmp
 
 

@@ -53,17 +53,22 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def get_impl(name: str, impl_args: list[str] | None = None) -> Sampler:
+def get_impl(name: str, impl_args: list[str] | None = None, timeout: float | None = None) -> Sampler:
     """The impl called ``name`` as a :class:`Sampler`; unknown names list the known ones (exit 2).
 
     ``impl_args`` are the repeated ``--impl-arg`` values; only external impls (``exec:PATH``) take any.
     ``exec:COMMAND`` starts COMMAND (shlex-split, then ``impl_args``) as an external sampler process
-    (replay_harness.impls.external, docs/EXTERNAL.md).
+    (replay_harness.impls.external, docs/EXTERNAL.md). ``timeout`` (``--impl-timeout``, seconds) is its
+    per-step reply limit and, when longer than the default, its handshake limit too (a program that
+    loads a framework before it answers).
     """
     if name.startswith("exec:"):
-        from replay_harness.impls.external import ExecSampler
+        from replay_harness.impls.external import HANDSHAKE_TIMEOUT_S, ExecSampler
 
-        return as_sampler(ExecSampler(name[len("exec:"):], impl_args), name)
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"--impl-timeout must be > 0 seconds, got {timeout:g}")
+        limits = {} if timeout is None else dict(timeout=timeout, handshake_timeout=max(HANDSHAKE_TIMEOUT_S, timeout))
+        return as_sampler(ExecSampler(name[len("exec:"):], impl_args, **limits), name)
     if impl_args:
         raise UsageError(f"--impl-arg is only for external impls (exec:PATH), not '{name}'")
     try:

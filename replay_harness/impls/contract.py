@@ -64,6 +64,11 @@ class Sampler:
     def launch(self, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError(f"impl '{self.name}' has no prepare/launch split")
 
+    def result(self, state: Any, tokens: torch.Tensor, counts: torch.Tensor) -> SampleResult | None:
+        """The SampleResult of a launch of ``state``, when the state says its routes; None otherwise
+        (callers then run ``sample``). :class:`LaunchSampler` states always say them."""
+        return None
+
     def begin_recording(self, label: str) -> None:
         """Called before the steps of each recording; no-op unless the impl quotes it."""
 
@@ -75,6 +80,21 @@ class Sampler:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LaunchSampler(Sampler):
+    """An impl whose step is ``prepare`` (host work) then ``launch`` (device work only): ``sample`` is the
+    two. Its state carries ``routes`` ([R] int8 codes, host) and may carry ``notes`` (list[str])."""
+
+    def sample(self, step: Step) -> SampleResult:
+        if step.num_requests == 0:
+            return SampleResult.empty(0, step.max_drafts)
+        state = self.prepare(step)
+        return self.result(state, *self.launch(state))
+
+    def result(self, state: Any, tokens: torch.Tensor, counts: torch.Tensor) -> SampleResult:
+        return SampleResult(tokens=tokens.cpu(), counts=counts.cpu(), routes=state.routes.clone().cpu(),
+                            notes=list(getattr(state, "notes", [])))
 
 
 class Adapted(Sampler):

@@ -337,6 +337,14 @@ def _pump_stderr(stream, tail: collections.deque) -> None:
         pass
 
 
+def sample_at(impl: Sampler, step: Step, index: int | None) -> SampleResult:
+    """``impl.sample(step)``; an external impl is told ``index``, the recording's step number, so its
+    messages quote that step (callers that send one step many times, like `replay verify`, use this)."""
+    if index is not None and isinstance(impl, ExecSampler):
+        return impl.sample(step, index)
+    return impl.sample(step)
+
+
 def _shutdown(proc: subprocess.Popen, tmpdir: str, grace: float) -> None:
     """Close stdin (EOF = exit), wait ``grace`` seconds, then SIGKILL the process group; remove ``tmpdir``."""
     try:

@@ -14,7 +14,8 @@ loaded makes ``--impl NAME`` exit 3 with the reason.
   -1 placeholders itself.
 * ``flashinfer`` (``rng_contract = "flashinfer-philox"``: one Philox stream per launch,
   so compared statistically by ``replay verify`` and timed by ``replay bench``, never
-  token for token): greedy requests take the processed argmax walk; plain stochastic
+  token for token): greedy requests take the processed argmax walk at prepare time (no
+  noise, so nothing to launch); plain stochastic
   requests ``sampling_from_logits`` on the processed rows; stochastic verify requests
   ``chain_speculative_sampling`` on softmax probabilities (one-hot draft probabilities
   without draft logits), one launch per draft count, a request with a -1 placeholder
@@ -27,6 +28,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,10 +38,10 @@ import triton
 import triton.language as tl
 
 from replay_harness.errors import EnvironmentProblem
-from replay_harness.impls.contract import Sampler
+from replay_harness.impls.contract import LaunchSampler
 from replay_harness.oracle.sampling_params import apply_sampling_params, needs_processing
 from replay_harness.oracle.walk import verify_request
-from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step, expected_route
+from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 
 PEERS_ENV = "REPLAY_PEERS"
 
@@ -120,7 +122,22 @@ def vllm_layout(step: Step) -> dict[str, torch.Tensor]:
                 draft_sampled=ds)
 
 
-class VllmMrv2Sampler(Sampler):
+@dataclass
+class VllmState:
+    """What ``VllmMrv2Sampler.launch`` needs: the target rows (raw logits when no request needs processing,
+    else the oracle's processed fp32 rows, computed at prepare time), vLLM's index arguments, the draft
+    logits in vLLM's [R, k_max, V] layout, the output width and the routes [R] int8 (host)."""
+
+    step: Step
+    target: torch.Tensor
+    layout: dict[str, torch.Tensor]
+    draft_logits: torch.Tensor | None
+    plain: bool
+    width: int
+    routes: torch.Tensor
+
+
+class VllmMrv2Sampler(LaunchSampler):
     name = "vllm-mrv2"
     description = "peer: vLLM Model Runner V2 gumbel_sample / rejection_sample (mrv2 contract, token for token)"
     rng_contract = "mrv2"
@@ -140,28 +157,66 @@ class VllmMrv2Sampler(Sampler):
             step.draft_logits.to(step.logits.device)[d_idx[verify_rows].long()]
         return out
 
-    def sample(self, step: Step) -> SampleResult:
-        r, width = step.num_requests, step.max_drafts + 1
+    def prepare(self, step: Step) -> VllmState:
+        """Host work: index maps, draft layout; the processed target rows only when some request needs
+        processing (vLLM runs that pass before its sampler; it is not part of the timed launch)."""
+        host = Step(**{f: (v.cpu() if isinstance(v, torch.Tensor) and f not in ("logits", "draft_logits") else v)
+                       for f, v in vars(step).items()})
+        processing = bool(needs_processing(host).any())
+        plain = step.max_drafts == 0 and not processing
+        target = step.logits if (plain or (not processing and step.logits.dtype == torch.float32)) \
+            else apply_sampling_params(step)
         lay = vllm_layout(step)
-        if r == 0:
-            return SampleResult.empty(0, step.max_drafts)
-        if step.max_drafts == 0 and not bool(needs_processing(step.to("cpu")).any()):
-            tokens = self.gumbel_sample(step.logits.contiguous(), lay["exp_idx"], step.temperature.float(), step.seed,
+        return VllmState(step=step, target=target.contiguous(), layout=lay, plain=plain,
+                         draft_logits=None if plain else self._draft_logits(step, lay, max(step.max_drafts, 1)),
+                         width=step.max_drafts + 1, routes=_routes(host))
+
+    def launch(self, s: VllmState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Device work only: one vLLM kernel call, then -1 padding past each request's count."""
+        step, lay, r = s.step, s.layout, s.step.num_requests
+        if s.plain:
+            tokens = self.gumbel_sample(s.target, lay["exp_idx"], step.temperature.float(), step.seed,
                                         step.positions, True, False)
-            return SampleResult(tokens=tokens.long().cpu().view(r, 1), counts=torch.ones(r, dtype=torch.int32),
-                                routes=_routes(step.to("cpu")))
-        k_max = max(step.max_drafts, 1)
+            return tokens.long().view(r, 1), torch.ones(r, dtype=torch.int32, device=tokens.device)
         sampled, num = self.rejection_sample(
-            apply_sampling_params(step).contiguous(), self._draft_logits(step, lay, k_max), lay["draft_sampled"],
-            step.cu_num_logits.to(torch.int32), step.positions, lay["idx"], lay["exp_idx"], lay["local"],
-            step.temperature.float(), step.seed, k_max)
-        sampled, num = sampled[:, :width].long().cpu(), num.cpu().to(torch.int32)
-        keep = torch.arange(width)[None, :] < num[:, None].long()
-        return SampleResult(tokens=torch.where(keep, sampled, torch.full_like(sampled, -1)), counts=num,
-                            routes=_routes(step.to("cpu")))
+            s.target, s.draft_logits, lay["draft_sampled"], step.cu_num_logits.to(torch.int32), step.positions,
+            lay["idx"], lay["exp_idx"], lay["local"], step.temperature.float(), step.seed, max(step.max_drafts, 1))
+        sampled = sampled[:, :s.width].long()
+        keep = torch.arange(s.width, device=sampled.device)[None, :] < num[:, None].long()
+        return torch.where(keep, sampled, torch.full_like(sampled, -1)), num.to(torch.int32)
 
 
-class FlashInferSampler(Sampler):
+@dataclass
+class FlashInferGroup:
+    """Requests verified together by one FlashInfer call: those with k drafts (after placeholders).
+    reqs [B] int64, rows [B, k+1] int64 (target rows), dids [B, k] int32, dprobs [B, k, V] float32."""
+
+    k: int
+    reqs: torch.Tensor
+    rows: torch.Tensor
+    dids: torch.Tensor | None
+    dprobs: torch.Tensor | None
+    offset: int
+
+
+@dataclass
+class FlashInferState:
+    """``FlashInferSampler.launch``'s inputs: the target rows (raw logits when no request needs processing),
+    the greedy requests' tokens and counts (decided at prepare time: no RNG), the stochastic groups, the
+    launch's Philox seed, preallocated outputs tokens [R, max_k+1] int64 and counts [R] int32, routes (host)."""
+
+    target: torch.Tensor
+    whole_plain: bool
+    groups: list[FlashInferGroup]
+    seed: int
+    tokens_init: torch.Tensor
+    counts_init: torch.Tensor
+    tokens: torch.Tensor
+    counts: torch.Tensor
+    routes: torch.Tensor
+
+
+class FlashInferSampler(LaunchSampler):
     name = "flashinfer"
     description = "peer: FlashInfer sampling_from_logits / chain_speculative_sampling (own Philox RNG; CUDA)"
     rng_contract = "flashinfer-philox"
@@ -170,50 +225,57 @@ class FlashInferSampler(Sampler):
     def __init__(self):
         self.fi = load_flashinfer()
 
-    def sample(self, step: Step) -> SampleResult:
+    def prepare(self, step: Step) -> FlashInferState:
+        """Host work: greedy requests walked (no noise), stochastic requests grouped by draft count,
+        draft probabilities (one-hot, or softmax of the draft logits / T), outputs preallocated."""
         host = step.to("cpu")
-        r = step.num_requests
-        result = SampleResult.empty(r, step.max_drafts)
-        result.routes = _routes(host)
-        if r == 0:
-            return result
-        processed = apply_sampling_params(step)
-        cu, temps = host.cu_num_logits.tolist(), host.temperature.tolist()
-        drafts = host.draft_token_ids.tolist()
-        seed = int(host.seed.sum()) * 1_000_003 + int(host.positions.sum())
-        offset = 0
-        groups: dict[int, list[int]] = {}
+        r, dev = step.num_requests, step.logits.device
+        processing = bool(needs_processing(host).any()) or step.logits.dtype != torch.float32
+        target = (apply_sampling_params(step) if processing else step.logits).contiguous()
+        cu, temps, drafts = host.cu_num_logits.tolist(), host.temperature.tolist(), host.draft_token_ids.tolist()
+        tokens = torch.full((r, step.max_drafts + 1), -1, dtype=torch.int64)
+        counts = torch.zeros(r, dtype=torch.int32)
+        by_k: dict[int, list[int]] = {}
         for i in range(r):
-            a, b = cu[i], cu[i + 1]
-            ds = drafts[a:b - 1]
+            ds = drafts[cu[i]:cu[i + 1] - 1]
             if temps[i] == 0.0:
-                tokens = verify_request(processed[a:b].cpu(), ds, [0] * (b - a), 0.0, 0, None)
-                result.tokens[i, :len(tokens)] = torch.tensor(tokens)
-                result.counts[i] = len(tokens)
-                continue
-            k = ds.index(-1) if -1 in ds else len(ds)  # a placeholder ends verification at its row
-            groups.setdefault(k, []).append(i)
-        for k, reqs in sorted(groups.items()):
-            starts = torch.tensor([cu[i] for i in reqs], device=step.logits.device)
-            target_rows = starts[:, None] + torch.arange(k + 1, device=step.logits.device)[None, :]
-            probs = torch.softmax(processed[target_rows], dim=-1)  # [B, k+1, V]
-            if k == 0:
-                tok = self.fi.sampling_from_probs(probs[:, 0].contiguous(), seed=seed, offset=offset)
-                emitted, counts = tok.long().view(-1, 1), torch.ones(len(reqs), dtype=torch.int32)
-            else:
-                dids = torch.tensor([drafts[cu[i]:cu[i] + k] for i in reqs], dtype=torch.int32,
-                                    device=step.logits.device)
-                dprobs = self._draft_probs(step, reqs, k, dids)
-                emitted, _, counts = self.fi.chain_speculative_sampling(dprobs, dids, probs.contiguous(), seed=seed,
-                                                                        offset=offset)
-                counts = counts.to(torch.int32) + 1
+                out = verify_request(target[cu[i]:cu[i + 1]].float().cpu(), ds, [0] * len(ds + [0]), 0.0, 0, None)
+                tokens[i, :len(out)] = torch.tensor(out)
+                counts[i] = len(out)
+            else:  # a placeholder ends verification at its row, which then is the bonus row
+                by_k.setdefault(ds.index(-1) if -1 in ds else len(ds), []).append(i)
+        groups, offset = [], 0
+        for k, reqs in sorted(by_k.items()):
+            rows = torch.tensor([[cu[i] + j for j in range(k + 1)] for i in reqs], device=dev)
+            dids = torch.tensor([drafts[cu[i]:cu[i] + k] for i in reqs], dtype=torch.int32, device=dev) if k else None
+            groups.append(FlashInferGroup(k=k, reqs=torch.tensor(reqs, device=dev), rows=rows, dids=dids,
+                                          dprobs=self._draft_probs(step, reqs, k, dids) if k else None,
+                                          offset=offset))
             offset += 4 * (k + 1) * step.vocab_size
-            emitted, counts = emitted.long().cpu(), counts.cpu()
-            for j, i in enumerate(reqs):
-                n = int(counts[j])
-                result.tokens[i, :n] = emitted[j, :n]
-                result.counts[i] = n
-        return result
+        whole_plain = len(groups) == 1 and groups[0].k == 0 and len(by_k[0]) == r
+        return FlashInferState(
+            target=target, whole_plain=whole_plain, groups=groups,
+            seed=(int(host.seed.sum()) * 1_000_003 + int(host.positions.sum())) % (1 << 62),
+            tokens_init=tokens.to(dev), counts_init=counts.to(dev), tokens=tokens.to(dev), counts=counts.to(dev),
+            routes=_routes(host))
+
+    def launch(self, s: FlashInferState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Device work only: one FlashInfer call per group, scattered into the outputs."""
+        s.tokens.copy_(s.tokens_init)
+        s.counts.copy_(s.counts_init)
+        for g in s.groups:
+            if g.k == 0:
+                logits = s.target if s.whole_plain else s.target[g.rows[:, 0]]
+                tok = self.fi.sampling_from_logits(logits, seed=s.seed, offset=g.offset)
+                s.tokens[g.reqs, 0] = tok.long()
+                s.counts[g.reqs] = 1
+                continue
+            probs = self.fi.softmax(s.target[g.rows.flatten()]).view(len(g.reqs), g.k + 1, -1)
+            emitted, _, num = self.fi.chain_speculative_sampling(g.dprobs, g.dids, probs, seed=s.seed,
+                                                                 offset=g.offset)
+            s.tokens[g.reqs, :g.k + 1] = emitted.long()
+            s.counts[g.reqs] = num.to(torch.int32) + 1
+        return s.tokens, s.counts
 
     def _draft_probs(self, step: Step, reqs: list[int], k: int, dids: torch.Tensor) -> torch.Tensor:
         """[B, k, V] float32 draft probabilities: softmax(draft_logits / T), or one-hot on the drafted ids."""

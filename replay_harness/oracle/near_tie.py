@@ -15,6 +15,10 @@ multiply-add move a score by a few ulp. A divergence at (request, position) is a
 At 1e-4 nats a decision can only flip through rounding (fp32 logits of
 magnitude <= 100 carry about 1e-5 of rounding after the steps above), while a
 real bug essentially never lands inside the band.
+
+A decision on an all ``-inf`` logits row (every token masked: docs/FIXTURES.md, "All -inf rows") has
+no margin: the reference emits token 0 there, as vLLM does, and a divergence on such a row is compared
+exactly, never a near-tie. Nor is a divergence whose margin comes out NaN (no decision to measure).
 """
 from __future__ import annotations
 
@@ -55,6 +59,17 @@ def decision_margin(step: Step, request: int, position: int) -> float:
     return min(accept_margin, _top2_gap(residual_logits(logits[position], d, q) + noise))
 
 
-def is_near_tie(step: Step, request: int, position: int) -> tuple[bool, float]:
+def neg_inf_row(step: Step, request: int, position: int) -> bool:
+    """Is the target logits row of token ``position`` of ``request`` all ``-inf`` (every token masked)?"""
+    first, last = int(step.cu_num_logits[request]), int(step.cu_num_logits[request + 1]) - 1
+    return bool(torch.isneginf(step.logits[min(first + position, last)]).all())
+
+
+def is_near_tie(step: Step, request: int, position: int) -> tuple[bool, float | None]:
+    """(near-tie?, decision margin in nats); (False, None) on an all -inf row or a NaN margin."""
+    if neg_inf_row(step, request, position):
+        return False, None
     margin = decision_margin(step, request, position)
+    if margin != margin:
+        return False, None
     return margin <= NEAR_TIE_TOL, margin

@@ -21,6 +21,7 @@ import torch
 
 from replay_harness.compare.runner import load_impl, resolve_device
 from replay_harness.errors import UsageError
+from replay_harness.limits import check_output
 from replay_harness.record.drafters import DRAFTERS, make_drafter
 from replay_harness.record.model import Request, SamplingParams, decode, load_model, versions
 from replay_harness.recording.recorder import Recorder
@@ -57,12 +58,14 @@ class RecordOptions:
     early_exit_layers: int | None = None
     draft_model: str | None = None
     impl: str = "reference"           # the registry impl sampling in the loop
+    impl_timeout: float | None = None  # --impl-timeout: seconds an exec: impl may take per step
     out_path: str | None = None       # default: recordings/record-<time>
     overwrite: bool = False
     model: str = "smollm2-135m"
     dtype: str = "float32"            # model compute dtype; logits are recorded in it
     stop_at_eos: bool = True
     extra_source: dict[str, Any] = field(default_factory=dict)  # merged into the manifest's source
+    inputs: list[str] = field(default_factory=list)  # more files read (--prompts-file): --out may not touch them
 
 
 def _quiet_loading(model: str) -> ContextManager[None]:
@@ -116,8 +119,10 @@ def _requests(opts: RecordOptions) -> tuple[list[str], list[SamplingParams]]:
 
 
 def _out_folder(opts: RecordOptions) -> Path:
-    """The recording folder, refused before the model loads (seconds) rather than after."""
+    """The recording folder, refused before the model loads (seconds) rather than after; never one that is,
+    holds or lies inside an input (the model folder or file, the draft model, ``opts.inputs``)."""
     out = Path(opts.out_path or f"recordings/record-{time.strftime('%Y%m%d-%H%M%S')}")
+    check_output(out, [opts.model, opts.draft_model, *opts.inputs], "--out")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: is a file, not a folder (name a new or empty folder)")
     if out.exists() and out.is_dir() and any(out.iterdir()) and not opts.overwrite:
@@ -139,7 +144,9 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
     if opts.drafter not in DRAFTERS:
         raise UsageError(f"unknown --drafter '{opts.drafter}' ({', '.join(DRAFTERS)})")
     t0 = time.time()
-    with closing(load_impl(opts.impl, resolve_device("cpu"))) as sampler:
+    if opts.impl_timeout is not None and not opts.impl.startswith("exec:"):
+        raise UsageError("--impl-timeout is only for external impls (--impl exec:PROGRAM)")
+    with closing(load_impl(opts.impl, resolve_device("cpu"), None, opts.impl_timeout)) as sampler:
         with loading(opts.model):
             lm = load_model(opts.model, opts.dtype)
         draft = make_drafter(opts.drafter, lm, early_exit_layers=opts.early_exit_layers,

@@ -33,6 +33,7 @@ from typing import Iterator
 import torch
 
 from replay_harness.errors import UsageError
+from replay_harness.limits import MAX_STEP_BYTES, check_output, enforce
 from replay_harness.recording.store import Emitted, Recording, RecordingWriter
 from replay_harness.recording.step import Step
 
@@ -174,12 +175,18 @@ def check_shape(batch: int, drafts: int, vocab: int, steps: int) -> None:
         raise UsageError(f"--vocab {vocab}: must be in [2, {MAX_VOCAB}]")
     if steps < 1:
         raise UsageError(f"--steps {steps}: must be >= 1")
+    # built in float32 before any allocation is made: R * (k+1) rows of V logits
+    enforce(MAX_STEP_BYTES, batch * (drafts + 1) * vocab * 4, f"--batch {batch} --drafts {drafts} --vocab {vocab}",
+            claim="size of a derived step's float32 logits")
 
 
 def write_derived(source_path: str | Path, out: str | Path, *, batch: int, drafts: int, vocab: int, steps: int = 2,
                   seed: int = 0, overwrite: bool = False) -> Path:
-    """Write :func:`derive_steps` as a recording labelled derived/synthetic; returns its path."""
+    """Write :func:`derive_steps` as a recording labelled derived/synthetic; returns its path.
+
+    ``out`` may not be, hold or lie inside the source (refused before anything is written or deleted)."""
     check_shape(batch, drafts, vocab, steps)
+    check_output(out, [source_path], "--out")
     source = Recording(source_path)
     derived = {"kind": "derived/synthetic", "from": str(source.path), "from_digest": source.manifest.get("digest"),
                "from_synthetic": source.synthetic, "from_vocab_size": source.vocab_size, "batch": batch,

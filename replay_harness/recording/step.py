@@ -71,13 +71,14 @@ class Step:
         return int(self.num_drafts.max()) if self.num_requests else 0
 
     def row_to_request(self) -> torch.Tensor:
-        """[N] int64: the request that owns each row."""
-        return torch.repeat_interleave(torch.arange(self.num_requests), self.num_drafts + 1)
+        """[N] int64: the request that owns each row (on the device of ``cu_num_logits``)."""
+        return torch.repeat_interleave(torch.arange(self.num_requests, device=self.cu_num_logits.device),
+                                       self.num_drafts + 1)
 
     def draft_row_index(self) -> torch.Tensor:
-        """[N] int64: the draft_logits row of each logits row, -1 on bonus rows."""
+        """[N] int64: the draft_logits row of each logits row, -1 on bonus rows (device of ``cu_num_logits``)."""
         n = self.logits.shape[0]
-        is_bonus = torch.zeros(n, dtype=torch.bool)
+        is_bonus = torch.zeros(n, dtype=torch.bool, device=self.cu_num_logits.device)
         is_bonus[self.cu_num_logits[1:].long() - 1] = True
         idx = torch.cumsum((~is_bonus).long(), 0) - 1
         return torch.where(is_bonus, torch.full_like(idx, -1), idx)

@@ -24,6 +24,8 @@ from safetensors import safe_open
 from safetensors.torch import save as st_save
 
 from replay_harness.errors import InputError
+from replay_harness.limits import (MAX_MANIFEST_BYTES, MAX_STEP_BYTES, MAX_VOCAB, enforce, os_reason, read_regular,
+                                   regular_file)
 from replay_harness.recording.digest import canonical_json, recording_digest, tensor_digest
 from replay_harness.recording.schema import (MANIFEST, METADATA_KEY, OPTIONAL_FIELDS, RECORDING_SCHEMA,
                                              RECORDING_SCHEMA_ID, SCHEMA_MAJOR, SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
@@ -32,7 +34,7 @@ from replay_harness.recording.step import Step
 from replay_harness.recording.validate import check_step
 
 __all__ = ["Emitted", "StepRecord", "RecordingWriter", "Recording", "step_tensors", "step_from_tensors",
-           "step_metadata", "encode_step", "load_step_file", "canonical_json", "tensor_digest"]
+           "step_metadata", "encode_step", "load_step_file", "check_step_file", "canonical_json", "tensor_digest"]
 
 
 @dataclass
@@ -62,12 +64,15 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
 
 
+TMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target (an orphan: a killed writer)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, rename over ``path``, fsync the folder.
 
     The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600,
     so a recording can be shared like any other file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as f:
@@ -126,6 +131,55 @@ def load_step_file(file: str | os.PathLike) -> tuple[dict[str, torch.Tensor], st
     return tensors, raw_meta
 
 
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+                "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def _claimed_bytes(header: dict) -> int:
+    """The data bytes a safetensors JSON header claims: the largest end offset, or the tensors' sizes."""
+    claimed = 0
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        offsets, shape = info.get("data_offsets"), info.get("shape")
+        if isinstance(offsets, list) and offsets and all(isinstance(o, int) for o in offsets):
+            claimed = max(claimed, *offsets)
+        if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape):
+            n = _DTYPE_BYTES.get(info.get("dtype"), 1)
+            for d in shape:
+                n *= d
+            claimed = max(claimed, n)
+    return claimed
+
+
+def check_step_file(file: Path, index: int) -> None:
+    """Before a step file is opened by safetensors: a regular file (not a FIFO, device or socket), within
+    REPLAY_MAX_STEP_BYTES on disk and as its header claims, with logits V within REPLAY_MAX_VOCAB.
+
+    Reads only the 8-byte length and the JSON header (itself capped like a manifest); a header safetensors
+    would reject anyway is left to it (the caller reports that as an unreadable file)."""
+    size = regular_file(file, step=index)
+    enforce(MAX_STEP_BYTES, size, file, step=index, claim="file size")
+    try:
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+            if not 0 < n <= size - 8:
+                return
+            enforce(MAX_MANIFEST_BYTES, n, file, step=index, field="__header__", claim="JSON header size")
+            header = json.loads(f.read(n).decode("utf-8"))
+    except OSError as e:
+        raise InputError(file, f"cannot read ({os_reason(e)})", step=index) from None
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(header, dict):
+        return
+    enforce(MAX_STEP_BYTES, 8 + n + _claimed_bytes(header), file, step=index, field="__header__",
+            claim="size its header claims")
+    shape = header.get("logits", {}).get("shape") if isinstance(header.get("logits"), dict) else None
+    if isinstance(shape, list) and len(shape) == 2 and isinstance(shape[1], int):
+        enforce(MAX_VOCAB, shape[1], file, step=index, field="logits", claim="vocabulary size V")
+
+
 class RecordingWriter:
     """Streams steps into a new recording directory.
 
@@ -162,7 +216,8 @@ class RecordingWriter:
         tensors = step_tensors(step, emitted)
         step_meta = step_metadata(index, meta)
         file = self.path / STEPS_DIR / step_file_name(index)
-        problems = check_step(tensors, self.manifest["vocab_size"], file=file, step=index)
+        problems = [p for p in check_step(tensors, self.manifest["vocab_size"], file=file, step=index)
+                    if not p.warning]  # an all -inf row (warned by validate) is still recorded
         if problems:
             raise problems[0]
         _atomic_write(file, encode_step(tensors, step_meta))
@@ -193,10 +248,7 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def _read_manifest(mpath: Path) -> dict[str, Any]:
     """The manifest as a JSON object, or an InputError naming it (never another exception)."""
-    try:
-        data = mpath.read_bytes()
-    except OSError as e:
-        raise InputError(mpath, f"cannot read ({e.strerror or type(e).__name__})") from None
+    data = read_regular(mpath, MAX_MANIFEST_BYTES)
     try:
         manifest = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
@@ -224,9 +276,10 @@ def _parse_schema(value: Any, expected: str, file: Path, field: str, step: int |
 class Recording:
     """A recording on disk, read lazily: ``len(rec)``, ``rec[i]``, ``for r in rec``."""
 
-    def __init__(self, path: str | os.PathLike, *, nan: str = "error"):
+    def __init__(self, path: str | os.PathLike, *, nan: str = "error", neg_inf: str = "warn"):
         self.path = Path(path)
         self.nan = nan  # "error" or "warn": what a NaN in the logits is
+        self.neg_inf = neg_inf  # "warn" or "error": what an all -inf logits row is
         if not self.path.exists():
             raise InputError(self.path, "no such file or folder")
         if self.path.is_file():
@@ -239,11 +292,12 @@ class Recording:
         vocab = self.manifest.get("vocab_size")
         if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= 0:
             raise InputError(mpath, f"must be a positive integer, got {_short(vocab)}", field="vocab_size")
+        enforce(MAX_VOCAB, vocab, mpath, field="vocab_size", claim="vocab_size")
         self.vocab_size = vocab
         self.rng_contract = str(self.manifest.get("rng_contract", "mrv2"))
         self.synthetic = bool(self.manifest.get("synthetic", False))
         files = []
-        for f in (self.path / STEPS_DIR).glob("*.safetensors"):
+        for f in self._step_dir_entries():
             m = STEP_RE.match(f.name)
             if m:
                 files.append((int(m.group(1)), len(f.name), f.name, f))
@@ -264,6 +318,28 @@ class Recording:
                 raise InputError(mpath, f"the closed recording declares {declared} steps but {len(self.files)} "
                                         f"step files are present (a step file was lost or added)", field="num_steps")
 
+    def _step_dir_entries(self) -> list[Path]:
+        """The entries of steps/ (none when it does not exist); InputError when it cannot be listed."""
+        steps = self.path / STEPS_DIR
+        if not steps.exists():
+            return []
+        try:
+            return [steps / name for name in os.listdir(steps)]
+        except OSError as e:
+            raise InputError(steps, f"cannot list the step files ({os_reason(e)})") from None
+
+    def temp_files(self) -> list[Path]:
+        """Temp files a killed writer left behind (``.<name>.<random>.tmp`` in the folder and steps/), sorted."""
+        found = [p for p in self.path.iterdir() if p.name.startswith(".") and p.name.endswith(TMP_SUFFIX)]
+        found += [p for p in self._step_dir_entries() if p.name.startswith(".") and p.name.endswith(TMP_SUFFIX)]
+        return sorted(p for p in found if p.is_file() and not p.is_symlink())
+
+    @property
+    def has_engine_tokens(self) -> bool:
+        """Does the recording hold what an engine emitted? Not when its manifest says ``engine_tokens:
+        false`` or it was derived (``replay synth``: emitted tokens empty, no engine ran those steps)."""
+        return self.manifest.get("engine_tokens") is not False and "derived" not in self.manifest
+
     @property
     def name(self) -> str:
         return self.path.name
@@ -278,6 +354,7 @@ class Recording:
     def read_tensors(self, index: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Raw tensors and metadata of one step (memory-mapped), schema checked, content not."""
         file = self.files[index]
+        check_step_file(file, index)
         try:
             tensors, raw_meta = load_step_file(file)
         except Exception as e:  # safetensors raises its own error types for bad headers and short files
@@ -302,8 +379,8 @@ class Recording:
             raise IndexError(index)
         tensors, meta = self.read_tensors(index)
         file = self.files[index]
-        problems = [p for p in check_step(tensors, self.vocab_size, file=file, step=index, nan=self.nan)
-                    if not p.warning]
+        problems = [p for p in check_step(tensors, self.vocab_size, file=file, step=index, nan=self.nan,
+                                          neg_inf=self.neg_inf) if not p.warning]
         if problems:
             raise problems[0]
         emitted = Emitted(tensors["emitted_tokens"], tensors["emitted_counts"], tensors.get("emitted_routes"))

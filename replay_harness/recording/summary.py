@@ -20,7 +20,8 @@ def summarize(rec: Recording) -> dict[str, Any]:
     offered_at = Counter()    # position i -> requests with k > i
     for i in range(len(rec)):
         t, _ = rec.read_tensors(i)
-        problems = [p for p in check_step(t, rec.vocab_size, file=rec.files[i], step=i, nan=rec.nan)
+        problems = [p for p in check_step(t, rec.vocab_size, file=rec.files[i], step=i, nan=rec.nan,
+                                          neg_inf=rec.neg_inf)
                     if not p.warning]
         if problems:  # the counts below assume a valid step; a broken one is bad input (exit 2)
             raise problems[0]

@@ -36,9 +36,18 @@ def _expected_dtypes(field: Field) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
+NEG_INF_ROW = "all -inf row"  # how the warning (or, with neg_inf="error", the error) of such a row begins
+
+
+def is_neg_inf_row(problem: InputError) -> bool:
+    """Is ``problem`` the report of an all -inf logits row (one per row: they are counted by it)?"""
+    return problem.field == "logits" and problem.message.startswith(NEG_INF_ROW)
+
+
 def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step: int,
-               nan: str = "error") -> list[InputError]:
-    """All schema violations of one step; ``nan`` is "error" or "warn" for NaN logits."""
+               nan: str = "error", neg_inf: str = "warn") -> list[InputError]:
+    """All schema violations of one step; ``nan`` is "error" or "warn" for NaN logits, ``neg_inf`` the same
+    for a logits row that is all -inf (every token masked: one problem per row, docs/FIXTURES.md)."""
     out: list[InputError] = []
 
     def bad(field: str, message: str, warning: bool = False) -> None:
@@ -96,6 +105,9 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
                 bad(name, f"NaN at row {row}", warning=(nan == "warn"))
             if bool(torch.isposinf(x).any()):
                 bad(name, "+inf logit (only -inf is allowed, for masked tokens)")
+    for row in torch.nonzero(torch.isneginf(logits).all(1)).flatten().tolist():
+        bad("logits", f"{NEG_INF_ROW} {row}: every token masked (the reference emits token 0 there, as vLLM "
+                      "does; --neg-inf-rows error rejects it)", warning=(neg_inf != "error"))
     drafts = t["draft_token_ids"].long()
     if bool((drafts >= vocab_size).any()) or bool((drafts < -1).any()):
         j = int(torch.nonzero((drafts >= vocab_size) | (drafts < -1))[0])
@@ -217,7 +229,30 @@ def check_metadata_keys(file: Path, step: int) -> list[InputError]:
                              f"{', '.join(repr(k)[:40] for k in extra[:3])}", step=step, field="__metadata__")]
 
 
-def check_recording(rec, nan: str = "error") -> list[InputError]:
+def close_problems(rec, digests: list[str] | None = None) -> list[InputError]:
+    """Warnings about how an opened ``Recording`` was closed: not cleanly (``complete`` false), or a content
+    digest that does not match the steps. ``digests``: the steps' tensor digests when the caller has them
+    (else every step is read once more); a step that cannot be read skips the digest check."""
+    manifest = rec.path / MANIFEST
+    if not rec.manifest.get("complete", False):
+        return [InputError(manifest, f"recording did not close cleanly; {len(rec)} finished steps are "
+                           "readable", field="complete", warning=True)]
+    if not isinstance(rec.manifest.get("digest"), str):
+        return []
+    if digests is None:
+        try:
+            digests = [tensor_digest(*rec.read_tensors(i)) for i in range(len(rec))]
+        except InputError:
+            return []
+    if len(digests) == len(rec) and recording_digest(digests) != rec.manifest["digest"]:
+        # a warning: a foreign writer may canonicalize its metadata JSON differently (docs/FIXTURES.md)
+        return [InputError(manifest, "content digest does not match the steps: a step file changed after the "
+                           "recording was closed (or its writer computes the digest differently)", field="digest",
+                           warning=True)]
+    return []
+
+
+def check_recording(rec, nan: str = "error", neg_inf: str = "warn") -> list[InputError]:
     """Every problem of an opened ``Recording``: each step's schema, the clean-close flag and, for a closed
     recording, its content digest (a step file edited, swapped or bit-flipped after close: a warning).
 
@@ -233,15 +268,6 @@ def check_recording(rec, nan: str = "error") -> list[InputError]:
             problems.append(e)
             continue
         problems.extend(check_metadata_keys(rec.files[i], i))
-        problems.extend(check_step(tensors, rec.vocab_size, file=rec.files[i], step=i, nan=nan))
+        problems.extend(check_step(tensors, rec.vocab_size, file=rec.files[i], step=i, nan=nan, neg_inf=neg_inf))
         digests.append(tensor_digest(tensors, meta))
-    if not rec.manifest.get("complete", False):
-        problems.append(InputError(manifest, f"recording did not close cleanly; {len(rec)} finished steps are "
-                                   "readable", field="complete", warning=True))
-    elif len(digests) == len(rec) and isinstance(rec.manifest.get("digest"), str):
-        if recording_digest(digests) != rec.manifest["digest"]:
-            # a warning: a foreign writer may canonicalize its metadata JSON differently (docs/FIXTURES.md)
-            problems.append(InputError(manifest, "content digest does not match the steps: a step file changed "
-                                       "after the recording was closed (or its writer computes the digest "
-                                       "differently)", field="digest", warning=True))
-    return problems
+    return problems + close_problems(rec, digests)

@@ -40,9 +40,9 @@ def replay_check(request, replay_impl):
     config = request.config
 
     def check(recording, impl=None, *, against="recorded"):
+        __tracebackhide__ = True
         name = impl if impl is not None else replay_impl
         args = config.getoption("--replay-impl-arg") if isinstance(name, str) and name.startswith("exec:") else None
-        __tracebackhide__ = True
         return assert_replays(recording, name, against=against, device=config.getoption("--replay-device"),
                               impl_args=args)
 

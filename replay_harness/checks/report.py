@@ -1,0 +1,161 @@
+"""What `replay verify` found: one Check per test, one UnitReport per request of a step, the VerifyReport,
+and :func:`finalize`, which judges the statistical checks as one Bonferroni family (docs/VERIFY.md,
+"Threshold and false-alarm rate"). No printing here (replay_harness/cli/verify.py prints).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from replay_harness.checks.stats import MC_CUTOFF, monte_carlo_p, simulations_for
+
+STATISTICAL = ("distribution", "acceptance", "independence", "position")
+DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate of one verify run (Bonferroni over its tests)
+TEST_TITLES = {"position": "position test (noise does not depend on position)"}  # failure lines; else "KIND test"
+
+
+@dataclass
+class Check:
+    """One test on one request of one step.
+
+    kind: distribution | acceptance | independence | position (statistical, p_value set) or
+          support | structure | greedy (exact, p_value None).
+    n: trials (pairs) the test used; statistic/df: Pearson's X^2 (distribution) or the observed count
+    (acceptance, independence, position); expected/observed: rates in [0, 1] for the headline of ``message``.
+    method: how p_value was computed: "binomial" (exact), "chi-squared" (approximate, far from the
+    threshold only) or "monte-carlo" (``simulations`` multinomial draws; ``approx_p`` keeps the
+    chi-squared value). passed: set by :func:`finalize` (p_value >= alpha / m).
+    """
+
+    kind: str
+    recording: str
+    step: int
+    request: int
+    request_id: int
+    position: int | None
+    n: int
+    message: str
+    statistic: float | None = None
+    df: int | None = None
+    p_value: float | None = None
+    expected: float | None = None
+    observed: float | None = None
+    passed: bool | None = None
+    method: str | None = None
+    simulations: int | None = None
+    approx_p: float | None = None
+    bins: Any = field(default=None, repr=False)  # distribution: [B] float64 bin probabilities (not in JSON)
+
+    @property
+    def title(self) -> str:
+        return TEST_TITLES.get(self.kind, f"{self.kind} test")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("bins")
+        return d
+
+    @property
+    def statistical(self) -> bool:
+        return self.kind in STATISTICAL
+
+
+@dataclass
+class UnitReport:
+    """One request of one step: what was tested and how it went.
+
+    status: tested | refused (the impl refused it: not verifiable) | skipped (no finite target row) |
+    untestable (a stochastic request on which no test could run, e.g. all mass in one chi-squared bin
+    and a certain twin outcome: shown as "not testable", never as "ok").
+    """
+
+    recording: str
+    step: int
+    request: int
+    request_id: int
+    temperature: float
+    num_drafts: int
+    expected_route: str
+    routes: list[str]
+    trials: int
+    status: str
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.passed is False]
+
+
+@dataclass
+class VerifyReport:
+    impl: str
+    trials: int
+    seed: int
+    alpha: float
+    drafts: str = "sampled"  # draft-logit steps: "sampled" from q per trial, or "recorded"
+    units: list[UnitReport] = field(default_factory=list)
+    threshold: float | None = None  # per-test p-value floor: alpha / (number of statistical tests)
+    simulations: int = 0  # Monte Carlo simulations run by finalize, all tests together
+
+    @property
+    def checks(self) -> list[Check]:
+        return [c for u in self.units for c in u.checks]
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.passed is False]
+
+    @property
+    def refused(self) -> list[UnitReport]:
+        return [u for u in self.units if u.status == "refused"]
+
+    @property
+    def untestable(self) -> list[UnitReport]:
+        return [u for u in self.units if u.status in ("untestable", "skipped")]
+
+    @property
+    def num_statistical(self) -> int:
+        return sum(c.statistical and c.p_value is not None for c in self.checks)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.refused
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"impl": self.impl, "trials": self.trials, "seed": self.seed, "alpha": self.alpha, "drafts": self.drafts,
+                "per_test_threshold": self.threshold, "statistical_tests": self.num_statistical,
+                "monte_carlo_simulations": self.simulations,
+                "checks": len(self.checks), "failures": [c.to_dict() for c in self.failures],
+                "refused": [{"recording": u.recording, "step": u.step, "request": u.request,
+                             "request_id": u.request_id, "routes": u.routes} for u in self.refused],
+                "not_testable": [{"recording": u.recording, "step": u.step, "request": u.request,
+                                  "request_id": u.request_id, "notes": u.notes} for u in self.untestable],
+                "units": [{**asdict(u), "checks": [c.to_dict() for c in u.checks]} for u in self.units],
+                "ok": self.ok}
+
+
+def finalize(report: VerifyReport) -> VerifyReport:
+    """Judge the statistical checks: p >= alpha / m (Bonferroni over the m tests run).
+
+    A distribution test whose chi-squared p-value lies below ``MC_CUTOFF`` x the threshold gets its
+    verdict from a Monte Carlo p-value under the exact multinomial law instead (``simulations_for`` the
+    threshold; seeded from the report's seed, so a run is reproducible). Every verdict then rests on a
+    valid p-value, and the family-wise false-alarm rate is at most alpha.
+    """
+    m = report.num_statistical
+    report.threshold = report.alpha / m if m else None
+    rng = np.random.default_rng([report.seed & 0xFFFFFFFF, 0x5EED])
+    for c in report.checks:
+        if not (c.statistical and c.p_value is not None):
+            continue
+        if c.method == "chi-squared" and c.p_value < MC_CUTOFF * report.threshold:
+            sims = simulations_for(report.threshold)
+            c.approx_p = c.p_value
+            c.p_value, c.simulations = monte_carlo_p(c.statistic, c.n, c.bins, rng, sims, stop_at=report.threshold)
+            c.method = "monte-carlo"
+            report.simulations += c.simulations
+        c.passed = c.p_value >= report.threshold
+    return report

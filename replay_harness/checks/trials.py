@@ -1,0 +1,103 @@
+"""The trials of `replay verify`: many copies of one request in one impl call, each with its own seed.
+
+Tokens do not depend on batch composition, so ``Step.select([r] * N)`` holds N copies of request r and
+one impl call gives N runs. A *group* of copies is (seeds [n], position shift, drafts [n, k] or None);
+a call holds the same slice of every group, group after group, so copy i of the first group sits in the
+same batch row in every call that starts with a group of the same size. That is what the position test
+needs: same seed, same batch row, other positions (docs/VERIFY.md, "Method").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from replay_harness.impls.contract import place
+from replay_harness.impls.external import sample_at
+from replay_harness.recording.step import Step
+
+MAX_ELEMS_PER_CALL = 1 << 24  # logits elements per impl call (bounds memory: rows x V)
+
+
+@dataclass
+class Group:
+    """n copies of a request: seeds [n] int64, positions shifted by ``shift``, drafts [n, k] int64 (None:
+    the recorded drafts)."""
+
+    seeds: torch.Tensor
+    shift: int = 0
+    drafts: np.ndarray | None = None
+
+
+@dataclass
+class Outcomes:
+    """What n copies emitted: tokens [n, k+1] int64 (-1 padded), counts [n] int64, routes [n] int64."""
+
+    tokens: np.ndarray
+    counts: np.ndarray
+    routes: np.ndarray
+
+
+def trial_seeds(rng: np.random.Generator, n: int) -> torch.Tensor:
+    """[n] int64 distinct seeds drawn from ``rng``."""
+    seeds = np.unique(rng.integers(-2**63, 2**63 - 1, size=n + 8, dtype=np.int64))[:n]
+    rng.shuffle(seeds)
+    return torch.from_numpy(seeds)
+
+
+def copies_step(step: Step, r: int, groups: list[Group], start: int, stop: int) -> Step:
+    """A step holding copies start..stop-1 of every group of request r, group after group."""
+    m = stop - start
+    s = step.select([r] * (m * len(groups)))
+    k = int(step.num_drafts[r])
+    s.seed = torch.cat([g.seeds[start:stop] for g in groups]).to(step.seed.dtype)
+    pos = s.positions.clone().view(len(groups), m, k + 1)
+    ids = s.draft_token_ids.clone().view(len(groups), m, k + 1)
+    for i, g in enumerate(groups):
+        pos[i] += g.shift
+        if g.drafts is not None and k > 0:
+            ids[i, :, :k] = torch.from_numpy(g.drafts[start:stop]).to(ids.dtype)
+    s.positions, s.draft_token_ids = pos.view(-1), ids.view(-1)
+    return s
+
+
+def run_groups(step: Step, r: int, impl: Any, groups: list[Group], device: torch.device, index: int | None = None,
+               on_chunk: Callable[[int], None] | None = None) -> list[Outcomes]:
+    """Run every group of copies of request r (all groups the same size n); one Outcomes per group.
+
+    Calls hold at most ``MAX_ELEMS_PER_CALL`` logits elements; ``index`` is the recording's step number
+    (what an external impl's messages quote). ``on_chunk(runs)`` after every call.
+    """
+    k = int(step.num_drafts[r])
+    n = groups[0].seeds.numel()
+    # copies per call: sized for two groups whatever their number, so copy i of the first group sits in
+    # the same batch row in a one-group call as in a two-group one (the position test relies on it)
+    per_call = max(1, MAX_ELEMS_PER_CALL // (max(2, len(groups)) * (k + 1) * max(step.vocab_size, 1)))
+    parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in groups]
+    for start in range(0, n, per_call):
+        stop = min(n, start + per_call)
+        res = sample_at(impl, place(copies_step(step, r, groups, start, stop), impl, device), index)
+        t = res.tokens.detach().cpu().long()
+        if t.shape[1] < k + 1:
+            t = torch.cat([t, torch.full((t.shape[0], k + 1 - t.shape[1]), -1, dtype=torch.long)], 1)
+        t, c, ro = t[:, :k + 1].numpy(), res.counts.detach().cpu().long().numpy(), res.routes.detach().cpu().long().numpy()
+        m = stop - start
+        for i in range(len(groups)):
+            parts[i].append((t[i * m:(i + 1) * m], c[i * m:(i + 1) * m], ro[i * m:(i + 1) * m]))
+        if on_chunk:
+            on_chunk(m * len(groups))
+    return [Outcomes(*(np.concatenate([p[j] for p in ps]) for j in range(3))) for ps in parts]
+
+
+def same_outcome(a: Outcomes, b: Outcomes) -> np.ndarray:
+    """[n] bool: copy i of ``a`` and of ``b`` emitted the same count and tokens."""
+    return (a.counts == b.counts) & (a.tokens == b.tokens).all(axis=1)
+
+
+def expected_runs(units_per_step, trials: int, position: bool = True) -> int:
+    """Total request runs a verify will make (for progress bars): 2n per request, plus n for the position
+    test (n = trials / 2 rounded up)."""
+    n = (trials + 1) // 2
+    return sum(units_per_step) * (3 * n if position else 2 * n)

@@ -1,0 +1,176 @@
+"""Sharded replay under ``torchrun``: which rank replays which (recording, step), and the gather to rank 0.
+
+``torchrun --nproc-per-node N -m replay_harness.cli run ...`` starts N copies of the command; each finds
+its rank in the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) and joins one
+process group (NCCL on CUDA, gloo on the CPU). The work units are the (recording, step) pairs; every
+rank computes the same assignment (:func:`assign`: longest processing time first on the step files'
+sizes), replays its own units on ``cuda:LOCAL_RANK`` (or the CPU) and sends its per-step comparisons
+(or its first error) to rank 0 with ``gather_object``. Rank 0 merges them in (recording, step) order,
+so its report, JSON and exit code are those of a single-process run; the other ranks print nothing.
+
+Failure: an error in a rank is sent to rank 0, which raises the error of the earliest unit (the one a
+single-process run raises) as one line with its exit code. A rank that dies is noticed by torchrun,
+which stops the others; a rank that hangs makes the gather time out after ``REPLAY_DIST_TIMEOUT``
+seconds (default :data:`DEFAULT_TIMEOUT_S`), and rank 0 exits 3. torchrun itself exits 1 whenever a
+rank exits nonzero (its failure report on stderr names that rank's exit code).
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import signal
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Iterator, Sequence
+
+from replay_harness.errors import EXIT_ENVIRONMENT, EnvironmentProblem, ReplayError, UsageError
+
+TIMEOUT_ENV = "REPLAY_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 1800.0  # the longest rank 0 waits at the gather for the slowest rank (or at start-up)
+TEST_FAIL_ENV = "REPLAY_DIST_TEST_FAIL"  # test hook, "RANK:raise|kill|hang": make that rank fail that way
+
+Unit = tuple[int, int]  # (recording index, step index)
+
+
+def launched() -> bool:
+    """True when torchrun (or any launcher setting WORLD_SIZE > 1) started this process as one of several."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+
+
+def timeout_s() -> float:
+    """The process-group timeout: ``REPLAY_DIST_TIMEOUT`` seconds (> 0), else DEFAULT_TIMEOUT_S."""
+    raw = os.environ.get(TIMEOUT_ENV)
+    try:
+        value = DEFAULT_TIMEOUT_S if raw is None else float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"{TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}")
+    return value
+
+
+def assign(sizes: Sequence[int], world_size: int) -> list[int]:
+    """The rank of each unit: largest first, each to the least loaded rank (ties: the lower rank).
+
+    ``sizes``: bytes per unit. A pure function of its arguments, so every rank computes the same list.
+    """
+    owner = [0] * len(sizes)
+    loads = [(0, r) for r in range(world_size)]  # (bytes assigned, rank), a heap
+    for u in sorted(range(len(sizes)), key=lambda u: (-sizes[u], u)):
+        load, rank = heapq.heappop(loads)
+        owner[u] = rank
+        heapq.heappush(loads, (load + sizes[u], rank))
+    return owner
+
+
+def _size(path: os.PathLike) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:  # reading the step reports it properly
+        return 0
+
+
+@dataclass
+class Shard:
+    """This rank's part of the job: its rank, the world size and the device it replays on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    current: Unit | None = None  # the unit being replayed (an error there is attributed to it)
+
+    def device(self, dev: Any) -> Any:
+        """``dev`` (from resolve_device) made this rank's: a CUDA device becomes ``cuda:LOCAL_RANK``."""
+        import torch
+
+        if dev.type != "cuda":
+            return dev
+        torch.cuda.set_device(self.local_rank)
+        return torch.device("cuda", self.local_rank)
+
+    def units(self, step_files: Sequence[Sequence[os.PathLike]]) -> Iterator[Unit]:
+        """This rank's (recording, step) units in order; ``step_files[r][i]`` is step i's file of recording r."""
+        all_units = [(r, i) for r, files in enumerate(step_files) for i in range(len(files))]
+        owner = assign([_size(step_files[r][i]) for r, i in all_units], self.world_size)
+        for unit, rank in zip(all_units, owner):
+            if rank == self.rank:
+                self.current = unit
+                yield unit
+        self.current = None
+
+
+class RankError(ReplayError):
+    """An error raised in some rank, raised again on rank 0 with its line and exit code."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
+    """Run ``body(shard)`` on every rank; rank 0 gets the list of every rank's value (rank order), the
+    other ranks None. An error in any rank is raised on rank 0 (the one of the earliest unit)."""
+    import torch
+    import torch.distributed as dist
+
+    shard = Shard(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)))
+    seconds = timeout_s()
+    backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(shard.local_rank)
+        dist.init_process_group(backend, timeout=timedelta(seconds=seconds))
+    except Exception as e:
+        raise EnvironmentProblem(f"rank {shard.rank}: cannot join the {backend} process group: {_line(e)}") from None
+    try:
+        try:
+            _test_hook(shard.rank)
+            sent: tuple[Any, Any] = (body(shard), None)
+        except Exception as e:  # sent to rank 0, which decides what the job says
+            where = shard.current if shard.current is not None else (-1, -1)
+            if isinstance(e, ReplayError):
+                sent = (None, (where, str(e), e.exit_code))
+            else:
+                sent = (None, (where, f"rank {shard.rank}: internal error: {type(e).__name__}: {e}",
+                               EXIT_ENVIRONMENT))
+        parts: list[Any] | None = [None] * shard.world_size if shard.rank == 0 else None
+        try:
+            dist.gather_object(sent, parts, dst=0)
+        except Exception as e:
+            raise EnvironmentProblem(f"rank {shard.rank}: the other ranks did not answer within {seconds:g} s "
+                                     f"(set {TIMEOUT_ENV}): {_line(e)}") from None
+    finally:
+        dist.destroy_process_group()
+    if parts is None:
+        return None
+    errors = [error for _, error in parts if error is not None]
+    if errors:
+        _, message, code = min(errors, key=lambda error: error[0])
+        raise RankError(message, code)
+    return [value for value, _ in parts]
+
+
+def merge_units(heads: list[Any], parts: list[tuple[Unit, Any]]) -> list[Any]:
+    """Per recording, its head Comparison merged with the per-step Comparisons of ``parts`` in step order."""
+    for (r, _), cmp in sorted(parts, key=lambda part: part[0]):
+        heads[r].merge(cmp)
+    return heads
+
+
+def _line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _test_hook(rank: int) -> None:
+    """``REPLAY_DIST_TEST_FAIL=RANK:MODE`` (tests only): that rank raises, is SIGKILLed, or hangs."""
+    target, _, mode = os.environ.get(TEST_FAIL_ENV, "").partition(":")
+    if target != str(rank):
+        return
+    if mode == "raise":
+        raise RuntimeError(f"{TEST_FAIL_ENV} asked rank {rank} to fail")
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "hang":
+        while True:
+            time.sleep(60)

@@ -1,0 +1,120 @@
+"""Resource limits and file guards for hostile input, in one place (docs/FIXTURES.md, "Limits").
+
+Every limit has a default that fits real use and an environment variable that raises it:
+
+    REPLAY_MAX_VOCAB           1,048,576 tokens     vocab_size of a manifest, V of a step's logits
+    REPLAY_MAX_STEP_BYTES      16 GiB               a step file, as its size on disk and as its header claims
+    REPLAY_MAX_MANIFEST_BYTES  16 MiB               manifest.json
+
+Limits are checked before anything is allocated (a header claiming 2 GiB is refused from its 8-byte
+length and its JSON, never by reading the 2 GiB). Exceeding one is an :class:`InputError` (exit 2)
+naming file, step, field, the limit and the variable. Only regular files are read (no FIFO, device or
+socket: opening one would block or never end); symlinks are followed and their target checked. No command
+writes into, over or around one of its inputs (:func:`check_output`).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from replay_harness.errors import InputError, UsageError
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One limit: what it bounds (a phrase for messages), its default, the variable that raises it."""
+
+    what: str
+    default: int
+    env: str
+    unit: str = "bytes"
+
+
+MAX_VOCAB = Limit("vocabulary size", 1 << 20, "REPLAY_MAX_VOCAB", unit="tokens")
+MAX_STEP_BYTES = Limit("step file size", 16 << 30, "REPLAY_MAX_STEP_BYTES")
+MAX_MANIFEST_BYTES = Limit("manifest size", 16 << 20, "REPLAY_MAX_MANIFEST_BYTES")
+LIMITS = (MAX_VOCAB, MAX_STEP_BYTES, MAX_MANIFEST_BYTES)
+
+
+def value(limit: Limit) -> int:
+    """The limit in force: the environment variable when set (a positive integer), else the default."""
+    text = os.environ.get(limit.env)
+    if text is None or not text.strip():
+        return limit.default
+    try:
+        n = int(text.strip().replace("_", ""), 0)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise UsageError(f"{limit.env}={text!r}: must be a positive integer ({limit.unit})")
+    return n
+
+
+def enforce(limit: Limit, amount: int, file: object, *, step: int | None = None, field: str | None = None,
+            claim: str = "") -> None:
+    """InputError (exit 2) when ``amount`` exceeds ``limit``: one line naming the limit and its variable."""
+    cap = value(limit)
+    if amount > cap:
+        raise InputError(file, f"{claim or limit.what}: {amount:,} {limit.unit}, over the limit of {cap:,} "
+                               f"{limit.unit} (set {limit.env} to raise it)", step=step, field=field)
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+
+
+def os_reason(e: OSError) -> str:
+    """An OSError in a few lower-case words ("permission denied")."""
+    return e.strerror.lower() if e.strerror else type(e).__name__
+
+
+def regular_file(path: str | os.PathLike, *, step: int | None = None, field: str | None = None) -> int:
+    """The size in bytes of ``path``, a regular file once symlinks are resolved; else InputError (exit 2)
+    saying what it is ("a FIFO", "permission denied", ...). Never opens the file, so never blocks."""
+    path = Path(path)
+    try:
+        st = os.stat(path)  # follows symlinks: the target is what gets read
+    except OSError as e:
+        raise InputError(path, f"cannot read ({os_reason(e)})", step=step, field=field) from None
+    for is_kind, name in _KINDS:
+        if is_kind(st.st_mode):
+            raise InputError(path, f"not a regular file ({name}); replay reads only regular files",
+                             step=step, field=field)
+    if not os.access(path, os.R_OK):
+        raise InputError(path, "cannot read (permission denied)", step=step, field=field)
+    return st.st_size
+
+
+def read_regular(path: str | os.PathLike, limit: Limit, *, field: str | None = None) -> bytes:
+    """The bytes of a regular file no larger than ``limit`` (checked before reading)."""
+    size = regular_file(path, field=field)
+    enforce(limit, size, path, field=field)
+    try:
+        with open(path, "rb") as f:
+            return f.read(size + 1)
+    except OSError as e:
+        raise InputError(path, f"cannot read ({os_reason(e)})", field=field) from None
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """True when ``a`` is ``b``, inside it, or holds it (resolved paths)."""
+    return a == b or a in b.parents or b in a.parents
+
+
+def check_output(out: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
+    """UsageError (exit 2) when the output ``out`` of ``option`` is, is inside, or contains one of ``inputs``:
+    writing (or --overwrite deleting) there would destroy an input. Checked before any work or deletion."""
+    if out is None:
+        return
+    target = Path(os.path.realpath(out))
+    for src in inputs:
+        if src is None or not os.path.exists(src):
+            continue
+        source = Path(os.path.realpath(src))
+        if _overlap(target, source):
+            how = "is" if target == source else ("is inside" if source in target.parents else "contains")
+            raise UsageError(f"{option} {out}: {how} the input {src}; name an output apart from the inputs "
+                             "(nothing was written or deleted)")

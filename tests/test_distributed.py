@@ -1,0 +1,105 @@
+"""`replay run` under torchrun (2 processes, gloo, CPU) says what a single-process run says.
+
+Each test launches ``python -m torch.distributed.run --nproc-per-node 2 -m replay_harness.cli run ...``
+on committed fixtures and compares stdout and the exit code with ``python -m replay_harness.cli run ...``.
+torchrun exits 1 whenever a rank exits nonzero; the rank's own exit code is in torchrun's failure report
+("exitcode : 2"), which is what the bad-recording test checks (docs/SCALE.md).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from replay_harness.compare.distributed import TEST_FAIL_ENV, TIMEOUT_ENV, assign
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+LIMIT_S = 50  # the longest one launch may take on a busy 2-core machine
+
+
+def _run(args: list[str], *, nproc: int | None = None, extra_env: dict[str, str] | None = None):
+    """(exit code, stdout, stderr, seconds) of `replay ARGS`, under torchrun with ``nproc`` processes."""
+    env = {k: v for k, v in os.environ.items() if k != TEST_FAIL_ENV}
+    env.update({"OMP_NUM_THREADS": "1", TIMEOUT_ENV: "20", **(extra_env or {})})
+    launcher = [] if nproc is None else ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, *launcher, "-m", "replay_harness.cli", *args], capture_output=True,
+                       text=True, cwd=REPO, env=env, timeout=LIMIT_S)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - start
+
+
+def _left_behind(token: str) -> list[int]:
+    """Pids of processes still running with ``token`` in their environment (orphaned ranks)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if token.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_assign_is_balanced_deterministic_and_covers_every_unit():
+    sizes = [100, 90, 80, 70, 60, 50, 40, 30, 20, 10, 10]
+    owner = assign(sizes, 3)
+    assert owner == assign(sizes, 3) and set(owner) == {0, 1, 2}
+    loads = [sum(s for s, o in zip(sizes, owner) if o == r) for r in range(3)]
+    assert max(loads) - min(loads) <= max(sizes)
+    assert assign([5, 5, 5], 1) == [0, 0, 0] and assign([], 4) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "fixtures/synthetic-mixed", "fixtures/synthetic-founding", "fixtures/real-founding", "--json"],
+    ["run", "fixtures/synthetic-founding", "--impl", "greedy-only", "--against", "reference", "--json"],
+    ["run", "fixtures/synthetic-founding", "fixtures/synthetic-mixed", "--impl", "greedy-only",
+     "--against", "reference"],
+], ids=["ok-json", "violation-json", "violation-table"])
+def test_two_ranks_print_what_one_process_prints(args):
+    code, out, err, _ = _run(args)
+    dcode, dout, derr, _ = _run(args, nproc=2)
+    assert code == dcode, derr
+    assert dout == out
+    assert code == (1 if "greedy-only" in args else 0)
+
+
+def test_bad_recording_is_the_same_one_line_error_exit_2(tmp_path):
+    rec = tmp_path / "rec"
+    shutil.copytree(FIXTURES / "synthetic-mixed", rec)
+    steps = sorted((rec / "steps").iterdir())
+    data = bytearray(steps[1].read_bytes())
+    data[8:40] = b"x" * 32  # a corrupt header in step 1 ...
+    steps[1].write_bytes(bytes(data))
+    steps[2].write_bytes(steps[2].read_bytes()[:100])  # ... and a truncated step 2: step 1 is reported
+    args = ["run", "fixtures/synthetic-founding", str(rec), "--json"]
+    code, out, err, _ = _run(args)
+    dcode, dout, derr, _ = _run(args, nproc=2)
+    assert code == 2 and "step 1" in err
+    assert dcode != 0 and dout == out
+    line = err.strip().splitlines()[-1]
+    assert line in derr.splitlines()
+    assert re.search(r"exitcode\s*:\s*2\b", derr), derr  # torchrun's report: rank 0 exited 2
+
+
+@pytest.mark.parametrize("mode", ["raise", "kill", "hang"])
+def test_a_failing_rank_ends_the_job_nonzero_without_hanging(mode):
+    token = uuid.uuid4().hex
+    env = {TEST_FAIL_ENV: f"1:{mode}", TIMEOUT_ENV: "5", "REPLAY_TEST_TOKEN": token}
+    code, out, err, seconds = _run(["run", "fixtures/synthetic-founding", "--json"], nproc=2, extra_env=env)
+    assert code != 0 and seconds < LIMIT_S
+    assert '"recordings"' not in out  # no report from a job that lost a rank
+    if mode == "raise":
+        assert "replay: error: rank 1: internal error: RuntimeError" in err
+    if mode == "hang":
+        assert "did not answer within 5 s" in err
+    if Path("/proc").is_dir():
+        time.sleep(0.5)
+        assert _left_behind(token) == []
