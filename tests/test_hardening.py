@@ -376,8 +376,9 @@ def error_line(command: str, code: int, out: str, err: str) -> str:
 def check_outcome(command: str, expect: Expect, code: int, out: str, err: str) -> None:
     codes = expect.run_codes if command == "run" and expect.run_codes else expect.codes
     assert code in codes, (command, code, out, err)
-    if code in (0, 1):
-        assert not err.strip(), err
+    if code in (0, 1):  # `run` warns (one line each) about a digest that no longer matches the steps
+        assert all(ln.startswith("replay: warning: ") and "field 'digest'" in ln
+                   for ln in err.splitlines() if ln.strip()), err
         if command == "validate" and expect.digest_warning:
             assert "field 'digest': content digest does not match" in out, out
         return

@@ -94,7 +94,7 @@ def bench(
     from replay_harness.limits import check_output
 
     for option, target in (("--json-file", json_file), ("--csv", csv_file), ("--png", png)):
-        check_output(target, [*paths, plot_from], option)  # never write over an input recording or CSV
+        check_output(target, [*(paths or []), plot_from], option)  # never write over an input recording or CSV
     if plot_from:
         if not png:
             raise UsageError("--plot-from needs --png OUT.png")

@@ -11,8 +11,9 @@ from typing import List
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, NanOpt, RecordingsArg, device_opt, ids,
-                                       impl_arg_opt, impl_opt, out, print_json, progress)
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, NanOpt, NegInfOpt, QuietOpt, RecordingsArg,
+                                       device_opt, ids, impl_arg_opt, impl_opt, out, print_json, progress,
+                                       warn_recording)
 from replay_harness.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 ImplOpt = impl_opt("Sampler implementation to replay through (`replay impls` lists them).")
@@ -31,7 +32,9 @@ def run(
     impl_timeout: ImplTimeoutOpt = None,
     device: DeviceOpt = "auto",
     nan: NanOpt = "error",
+    neg_inf: NegInfOpt = "warn",
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Replay every step through --impl and compare tokens, counts and routes with --against.
 
@@ -49,7 +52,7 @@ def run(
     from replay_harness.compare import distributed
     from replay_harness.compare.runner import run_recording
 
-    options = (paths, impl, against, impl_arg, impl_timeout, device, nan)
+    options = (paths, impl, against, impl_arg, impl_timeout, device, nan, neg_inf)
     if distributed.launched():  # one of several processes started by torchrun
         sharded = _run_sharded(options)
         if sharded is None:  # not rank 0: rank 0 reports for all
@@ -59,13 +62,15 @@ def run(
         results = []
         with ExitStack() as stack:  # external programs are stopped at the end, also on errors
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack)
-            with progress(f"replay {impl}", sum(len(r) for r in recs)) as bar:
+            with progress(f"replay {impl}", sum(len(r) for r in recs), quiet=quiet) as bar:
                 task = bar.add_task("steps", total=sum(len(r) for r in recs))
                 for path, rec in zip(paths, recs):
                     for s in loaded:
                         s.begin_recording(path)
                     results.append((rec, run_recording(rec, sampler, other, dev,
                                                        on_step=lambda: bar.advance(task))))
+    for rec, _ in results:  # not closed cleanly, or a digest that does not match: one warning line each
+        warn_recording(rec)
     ok = all(c.ok for _, c in results)
     if as_json:
         doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": ok,
@@ -88,7 +93,7 @@ def _prepare(options: tuple, stack, shard=None) -> tuple:
     from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
 
-    paths, impl, against, impl_arg, impl_timeout, device, nan = options
+    paths, impl, against, impl_arg, impl_timeout, device, nan, neg_inf = options
     if impl_timeout is not None and not impl_timeout > 0:
         raise UsageError(f"--impl-timeout must be > 0 seconds, got {impl_timeout:g}")
     exec_impl, exec_against = impl.startswith("exec:"), against.startswith("exec:")
@@ -99,7 +104,7 @@ def _prepare(options: tuple, stack, shard=None) -> tuple:
     if shard is not None:
         dev = shard.device(dev)
     paths = find_recordings(paths)
-    recs = [Recording(p, nan=nan) for p in paths]
+    recs = [Recording(p, nan=nan, neg_inf=neg_inf) for p in paths]
     sampler = load_impl(impl, dev, None if args_for_against else impl_arg, impl_timeout if exec_impl else None)
     stack.callback(sampler.close)
     loaded = [sampler]

@@ -55,6 +55,10 @@ def start_comparison(rec: Recording, impl: Sampler, against: str | Sampler) -> t
     """An empty Comparison for ``rec`` (with the note when the RNG contracts differ) and whether
     stochastic requests are compared token by token (``exact``)."""
     cmp = Comparison()
+    if against == "recorded" and not rec.has_engine_tokens:
+        cmp.notes.append("the recording holds no engine tokens (derived, e.g. by `replay synth`): compared "
+                         "against reference")
+    against = effective_against(rec, against)
     other_contract = rec.rng_contract if against == "recorded" else against.rng_contract
     exact = other_contract == impl.rng_contract != "unknown"
     if not exact:
@@ -63,10 +67,18 @@ def start_comparison(rec: Recording, impl: Sampler, against: str | Sampler) -> t
     return cmp, exact
 
 
+def effective_against(rec: Recording, against: str | Sampler) -> str | Sampler:
+    """What ``rec`` is compared with: ``against``, except "recorded" on a recording that holds no engine
+    tokens (``Recording.has_engine_tokens``: `replay synth` output), which is compared with the reference."""
+    if against == "recorded" and not rec.has_engine_tokens:
+        return get_impl("reference")
+    return against
+
+
 def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, against: str | Sampler,
                 device: torch.device, exact: bool) -> Comparison:
     """Read step ``index`` of ``rec``, replay it through ``impl`` (and ``against``) and fold it into ``cmp``."""
-    record = rec[index]
+    record, against = rec[index], effective_against(rec, against)
     with torch.inference_mode() if device.type == "cuda" else nullcontext():
         got = _to_cpu(impl.sample(place(record.step, impl, device)))
         want = recorded_result(record.emitted) if against == "recorded" else \

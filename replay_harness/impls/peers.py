@@ -69,14 +69,13 @@ def load_vllm(folder: str | None = None) -> tuple[Any, Any]:
         from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample
         from vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils import rejection_sample
 
-        return gumbel_sample, rejection_sample
+        kernels = gumbel_sample, rejection_sample
     except ImportError:
-        pass
-    gpu_env = _gpu_env(folder or peers_dir())
-    try:
-        kernels = gpu_env.load_vllm_mrv2(folder or peers_dir())
-    except Exception as e:  # noqa: BLE001 - any failure is "peer unavailable", with its reason
-        raise EnvironmentProblem(f"peer vllm-mrv2 unavailable: {type(e).__name__}: {e}") from None
+        gpu_env = _gpu_env(folder or peers_dir())
+        try:
+            kernels = gpu_env.load_vllm_mrv2(folder or peers_dir())
+        except Exception as e:  # noqa: BLE001 - any failure is "peer unavailable", with its reason
+            raise EnvironmentProblem(f"peer vllm-mrv2 unavailable: {type(e).__name__}: {e}") from None
     if os.environ.get("TRITON_INTERPRET") == "1":
         # The interpreter has no libdevice.log1p: give vLLM's residual kernel log(1 + x) instead (moves the
         # residual by rounding only; such differences are near-ties, replay_harness.oracle.near_tie).
