@@ -135,13 +135,13 @@ def _run_sharded(options: tuple) -> tuple | None:
         with ExitStack() as stack:
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack, shard)
             heads = [start_comparison(rec, sampler, other) for rec in recs]
-            mine.update(paths=paths, recs=recs, heads=[cmp for cmp, _ in heads])
+            mine.update(paths=paths, recs=recs, heads=[cmp for cmp, _, _ in heads])
             for r, i in shard.units([rec.files for rec in recs]):
                 if r not in begun:
                     begun.add(r)
                     for s in loaded:
                         s.begin_recording(paths[r])
-                parts.append(((r, i), replay_step(Comparison(), recs[r], i, sampler, other, dev, heads[r][1])))
+                parts.append(((r, i), replay_step(Comparison(), recs[r], i, sampler, heads[r][2], dev, heads[r][1])))
         return parts
 
     values = distributed.run_sharded(body)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 
@@ -43,7 +43,7 @@ def run_recording(rec: Recording, impl: Sampler, against: str | Sampler, device:
     Stochastic requests are compared token by token only when both sides declare the same RNG
     contract (an undeclared one, "unknown", never matches).
     """
-    cmp, exact = start_comparison(rec, impl, against)
+    cmp, exact, against = start_comparison(rec, impl, against)
     for index in range(len(rec)):
         replay_step(cmp, rec, index, impl, against, device, exact)
         if on_step:
@@ -51,34 +51,30 @@ def run_recording(rec: Recording, impl: Sampler, against: str | Sampler, device:
     return cmp
 
 
-def start_comparison(rec: Recording, impl: Sampler, against: str | Sampler) -> tuple[Comparison, bool]:
-    """An empty Comparison for ``rec`` (with the note when the RNG contracts differ) and whether
-    stochastic requests are compared token by token (``exact``)."""
+def start_comparison(rec: Recording, impl: Sampler,
+                     against: str | Sampler) -> tuple[Comparison, bool, str | Sampler]:
+    """An empty Comparison for ``rec`` (with the note when the RNG contracts differ), whether stochastic
+    requests are compared token by token (``exact``), and what the steps are compared with: ``against``,
+    except "recorded" on a recording that holds no engine tokens (``Recording.has_engine_tokens``: `replay
+    synth` output), which is compared with the reference."""
     cmp = Comparison()
     if against == "recorded" and not rec.has_engine_tokens:
         cmp.notes.append("the recording holds no engine tokens (derived, e.g. by `replay synth`): compared "
                          "against reference")
-    against = effective_against(rec, against)
+        against = get_impl("reference")
     other_contract = rec.rng_contract if against == "recorded" else against.rng_contract
     exact = other_contract == impl.rng_contract != "unknown"
     if not exact:
         cmp.notes.append(f"RNG contracts differ ({impl.rng_contract} vs {other_contract}): "
                          "stochastic requests are not compared token by token; use statistical verification")
-    return cmp, exact
-
-
-def effective_against(rec: Recording, against: str | Sampler) -> str | Sampler:
-    """What ``rec`` is compared with: ``against``, except "recorded" on a recording that holds no engine
-    tokens (``Recording.has_engine_tokens``: `replay synth` output), which is compared with the reference."""
-    if against == "recorded" and not rec.has_engine_tokens:
-        return get_impl("reference")
-    return against
+    return cmp, exact, against
 
 
 def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, against: str | Sampler,
                 device: torch.device, exact: bool) -> Comparison:
-    """Read step ``index`` of ``rec``, replay it through ``impl`` (and ``against``) and fold it into ``cmp``."""
-    record, against = rec[index], effective_against(rec, against)
+    """Read step ``index`` of ``rec``, replay it through ``impl`` (and ``against``, as ``start_comparison``
+    returned it) and fold it into ``cmp``."""
+    record = rec[index]
     with torch.inference_mode() if device.type == "cuda" else nullcontext():
         got = _to_cpu(impl.sample(place(record.step, impl, device)))
         want = recorded_result(record.emitted) if against == "recorded" else \
@@ -90,7 +86,3 @@ def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, agai
 def _to_cpu(result):
     result.tokens, result.counts, result.routes = result.tokens.cpu(), result.counts.cpu(), result.routes.cpu()
     return result
-
-
-def open_recordings(paths: Iterable[str], nan: str = "error") -> list[Recording]:
-    return [Recording(p, nan=nan) for p in paths]
