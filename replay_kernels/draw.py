@@ -171,8 +171,10 @@ class DrawScratch:
     span: int
 
     @classmethod
-    def allocate(cls, num_rows: int, vocab: int, block: int, device, programs: int = DRAW_PROGRAMS) -> "DrawScratch":
-        splits, span = splits_for(num_rows, vocab, block, programs)
+    def allocate(cls, num_rows: int, vocab: int, block: int, device, programs: int = DRAW_PROGRAMS,
+                 split_as_rows: int | None = None) -> "DrawScratch":
+        """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``)."""
+        splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
         return cls(part_max=torch.empty((rows, splits), dtype=torch.float32, device=device),
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),

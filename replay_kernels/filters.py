@@ -20,7 +20,11 @@ launches settle one search and set up the next. Launches per step: 1 stats
 pass, 8 rounds + 1 for top-k (only when some row has top-k), 1 sum pass (only
 with min-p or top-k), 8 rounds + 1 tie pass + 5 index rounds for top-p (only
 when some row has top-p), and 4 small settle / setup launches. A row that has
-converged, or does not use a stage, exits its programs after one load.
+converged, or does not use a stage, exits its programs after one load. Inside a
+round only the lanes that can separate the candidates do the 16-way compare (keys
+inside the interval; top-p carries the mass below it from round to round, so the
+other lanes skip their exp), and a tile without such a lane skips it: after the
+first rounds most tiles cost only their load.
 
 Near-ties: the cumulative mass is a sum of per-span fp32 sums (the oracle
 sums a sorted fp32 cumsum), so a top-p decision within rounding of ``1 - p``
@@ -133,9 +137,11 @@ def _mass_kernel(logits_ptr, stride, rows_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr
 
 
 @triton.jit
-def _settle(lo, hi, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MODE: tl.constexpr, NC: tl.constexpr):
+def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MODE: tl.constexpr, NC: tl.constexpr):
     """The interval after the round that evaluated the candidates of [lo, hi]: the partials of row f
-    added in split order, the predicate, the largest candidate where it holds."""
+    added in split order, the predicate, the largest candidate where it holds. Top-p partials hold the
+    mass of keys in [lo, c) only; ``below`` is the mass below lo, and the mass below the new lo is
+    returned too: (lo, hi, below)."""
     cands = _candidates(lo, hi, NC)
     j = tl.arange(0, NC)
     cnt = tl.zeros([NC], dtype=tl.int32)
@@ -149,34 +155,44 @@ def _settle(lo, hi, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MODE: tl.
     if MODE == SEARCH_TOPK:
         q = cnt >= kk
     elif MODE == SEARCH_TOPP:
-        q = (mass / S) <= omp
+        q = ((below + mass) / S) <= omp
     else:
         q = cnt <= ndrop
-    return tl.max(tl.where(q, cands, lo), axis=0), tl.min(tl.where(q, hi, cands - 1), axis=0)
+    if MODE == SEARCH_TOPP:
+        below = below + tl.max(tl.where(q, mass, 0.0), axis=0)  # the partials grow with the candidate
+    return tl.max(tl.where(q, cands, lo), axis=0), tl.min(tl.where(q, hi, cands - 1), axis=0), below
 
 
 @triton.jit
 def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr,
-                  ndrop_ptr, lo_in, hi_in, lo_out, hi_out, cnt_in, mass_in, cnt_out, mass_out, V, SPLITS,
+                  ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out, mass_out,
+                  V, SPLITS,
                   MODE: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
                   NC: tl.constexpr):
     """One search round, grid (F, SPLITS). The interval and the partials are double-buffered by round
     parity (``*_in`` from the previous round, ``*_out`` for the next), so no program of this launch
     overwrites what another still reads. Unless ``FIRST``, settle the previous round's candidates
     (every program of the row gets the same interval; program 0 stores it), then evaluate the new
-    candidates on the span."""
+    candidates on the span.
+
+    Only the lanes that can tell the candidates apart pay for the 16-way compare: keys inside (lo, hi)
+    for top-k (keys >= hi add to every count), keys in [lo, hi) for top-p (lower keys are the carried
+    base mass, so their exp is skipped too), ties of v* for the index search; a tile without such a
+    lane skips it. As the interval narrows most tiles stop after the load."""
     f = tl.program_id(0)
     s = tl.program_id(1)
     lo = tl.load(lo_in + f)
     hi = tl.load(hi_in + f)
+    below = tl.load(base_in + f)
     if not FIRST:
         if lo < hi:
             kk = tl.load(topk_ptr + tl.load(rows_ptr + f))
-            lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f), tl.load(omp_ptr + f),
-                             tl.load(ndrop_ptr + f), MODE, NC)
+            lo, hi, below = _settle(lo, hi, below, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
+                                    tl.load(omp_ptr + f), tl.load(ndrop_ptr + f), MODE, NC)
     if s == 0:
         tl.store(lo_out + f, lo)
         tl.store(hi_out + f, hi)
+        tl.store(base_out + f, below)
     if lo < hi:
         row = tl.load(rows_ptr + f)
         t = tl.load(temp_ptr + row)
@@ -192,15 +208,24 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
             valid = offs < V
             x = _clean(row_ptr, offs, V, t)
             if MODE == SEARCH_TOPK:
-                hit = valid[:, None] & (float_key(x)[:, None] >= cands[None, :])
-                cnt += tl.sum(hit.to(tl.int32), axis=0)
+                key = float_key(x)
+                cnt += tl.sum((valid & (key >= hi)).to(tl.int32), axis=0)
+                inside = valid & (key > lo) & (key < hi)
+                if tl.max(inside.to(tl.int32), axis=0) > 0:
+                    hit = inside[:, None] & (key[:, None] >= cands[None, :])
+                    cnt += tl.sum(hit.to(tl.int32), axis=0)
             elif MODE == SEARCH_TOPP:
-                e = tl.where(valid & (x >= L) & (x > float("-inf")), tl.exp(x - M), 0.0)
-                hit = float_key(x)[:, None] < cands[None, :]
-                mass += tl.sum(tl.where(hit, e[:, None], 0.0), axis=0)
+                key = float_key(x)
+                inside = valid & (key >= lo) & (key < hi) & (x >= L) & (x > float("-inf"))
+                if tl.max(inside.to(tl.int32), axis=0) > 0:
+                    e = tl.where(inside, tl.exp(x - M), 0.0)
+                    hit = key[:, None] < cands[None, :]
+                    mass += tl.sum(tl.where(hit, e[:, None], 0.0), axis=0)
             else:
-                hit = (valid & (x == vstar))[:, None] & (offs[:, None] < cands[None, :])
-                cnt += tl.sum(hit.to(tl.int32), axis=0)
+                tie = valid & (x == vstar)
+                if tl.max(tie.to(tl.int32), axis=0) > 0:
+                    hit = tie[:, None] & (offs[:, None] < cands[None, :])
+                    cnt += tl.sum(hit.to(tl.int32), axis=0)
         base = (f * SPLITS + s) * NC
         j = tl.arange(0, NC)
         if MODE == SEARCH_TOPP:
@@ -212,7 +237,7 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
 @triton.jit
 def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr,
                  bound_ptr, sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr,
-                 lo_in, hi_in, cnt_in, mass_in, lo_out, hi_out, cut_val_ptr, cut_idx_ptr, V, SPLITS,
+                 lo_in, hi_in, base_in, cnt_in, mass_in, lo_out, hi_out, base_out, cut_val_ptr, cut_idx_ptr, V, SPLITS,
                  STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
     """Grid (F,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
     f = tl.program_id(0)
@@ -243,7 +268,7 @@ def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, 
             lo = tl.load(lo_in + f)
             hi = tl.load(hi_in + f)
             if lo < hi:
-                lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, 0, SEARCH_TOPK, NC)
+                lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, 0, SEARCH_TOPK, NC)
             L = tl.maximum(L, key_to_float(lo))
             tl.store(bound_ptr + f, L)
             M = tl.load(m_ptr + f)
@@ -263,6 +288,7 @@ def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, 
         active = (p < 1.0) & (M > float("-inf"))
         tl.store(lo_out + f, tl.where(active, float_key(L).to(tl.int64), zero64))
         tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
+        tl.store(base_out + f, 0.0)  # no kept mass below key(L)
     elif STEP == STEP_AFTER_TOPP:
         M = tl.load(m_ptr + f)
         L = tl.load(bound_ptr + f)
@@ -272,8 +298,8 @@ def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, 
             lo = tl.load(lo_in + f)
             hi = tl.load(hi_in + f)
             if lo < hi:
-                lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
-                                 tl.load(omp_ptr + f), 0, SEARCH_TOPP, NC)
+                lo, hi, _ = _settle(lo, hi, tl.load(base_in + f), cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
+                                    tl.load(omp_ptr + f), 0, SEARCH_TOPP, NC)
             vstar = key_to_float(lo)
         tl.store(vstar_ptr + f, vstar)
         tl.store(sum_bound_ptr + f, tl.where(active, L, float("inf")))
@@ -307,7 +333,8 @@ def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, 
                     lo = tl.load(lo_in + f)
                     hi = tl.load(hi_in + f)
                     if lo < hi:
-                        lo, hi = _settle(lo, hi, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, ndrop, SEARCH_IDX, NC)
+                        lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, ndrop, SEARCH_IDX,
+                                            NC)
                     cut_idx = lo.to(tl.int32)
         tl.store(cut_val_ptr + row, cut_val)
         tl.store(cut_idx_ptr + row, cut_idx)
@@ -323,7 +350,8 @@ class FilterScratch:
     """Device scratch of the filter passes for F filtered rows and ``splits`` spans per row.
 
     Per row: bound/sum_bound/m/s0/s/omp/vstar [F] float32, ndrop [F] int32, lo/hi [2, F] int64 (intervals,
-    by round parity); per span: pmax/psum [F, splits] float32, pcnt [F, splits] int32; per round:
+    by round parity), base [2, F] float32 (top-p mass below lo, by round parity); per span: pmax/psum
+    [F, splits] float32, pcnt [F, splits] int32; per round:
     cnt [2, F, splits, WAYS] int32 and mass [2, F, splits, WAYS] float32 (partials, by round parity).
     Stage flags (host bools fixed at prepare time, so the launch sequence is graph-static):
     any_topk, any_topp, any_bound (some top-p row also has min-p or top-k).
@@ -340,6 +368,7 @@ class FilterScratch:
     i32: dict = field(default_factory=dict)
     lo: torch.Tensor | None = None
     hi: torch.Tensor | None = None
+    base: torch.Tensor | None = None
     cnt: torch.Tensor | None = None
     mass: torch.Tensor | None = None
 
@@ -359,6 +388,7 @@ class FilterScratch:
         fs.i32["pcnt"] = torch.empty((f, splits), dtype=torch.int32, device=device)
         fs.lo = torch.zeros((2, f), dtype=torch.int64, device=device)
         fs.hi = torch.zeros((2, f), dtype=torch.int64, device=device)
+        fs.base = torch.zeros((2, f), dtype=torch.float32, device=device)
         fs.cnt = torch.empty((2, f, splits, WAYS), dtype=torch.int32, device=device)
         fs.mass = torch.empty((2, f, splits, WAYS), dtype=torch.float32, device=device)
         return fs
@@ -377,15 +407,16 @@ def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Ten
     def step(kind, buf_in: int, part_in: int, buf_out: int):
         _step_kernel[(F,)](rows, log_min_p, top_k, top_p, a["pmax"], a["psum"], b["pcnt"],
                            a["bound"], a["sum_bound"], a["m"], a["s0"], a["s"], a["omp"], a["vstar"], b["ndrop"],
-                           fs.lo[buf_in], fs.hi[buf_in], fs.cnt[part_in], fs.mass[part_in],
-                           fs.lo[buf_out], fs.hi[buf_out], cut_val, cut_idx, V, S,
+                           fs.lo[buf_in], fs.hi[buf_in], fs.base[buf_in], fs.cnt[part_in], fs.mass[part_in],
+                           fs.lo[buf_out], fs.hi[buf_out], fs.base[buf_out], cut_val, cut_idx, V, S,
                            STEP=kind, HAS_BOUND_PASS=fs.any_bound, HAS_TOPP=fs.any_topp, NC=WAYS, num_warps=1)
 
     def search(mode, rounds: int) -> None:
         for r in range(rounds):
             _round_kernel[(F, S)](logits, logits.stride(0), rows, temp_div, top_k, a["bound"], a["m"], a["s"],
-                                  a["omp"], a["vstar"], b["ndrop"], fs.lo[r % 2], fs.hi[r % 2],
-                                  fs.lo[(r + 1) % 2], fs.hi[(r + 1) % 2], fs.cnt[(r + 1) % 2], fs.mass[(r + 1) % 2],
+                                  a["omp"], a["vstar"], b["ndrop"], fs.lo[r % 2], fs.hi[r % 2], fs.base[r % 2],
+                                  fs.lo[(r + 1) % 2], fs.hi[(r + 1) % 2], fs.base[(r + 1) % 2],
+                                  fs.cnt[(r + 1) % 2], fs.mass[(r + 1) % 2],
                                   fs.cnt[r % 2], fs.mass[r % 2], V, S, MODE=mode, FIRST=r == 0, NC=WAYS,
                                   num_warps=8, **common)
 

@@ -19,12 +19,14 @@ class GumbelMaxSampler(PlainSampler):
     name = "gumbel-max"
     description = "parallel Gumbel-max plain sampler (k = 0), pruned, one launch (rows x splits), Triton"
 
-    def _draw(self, s: PlainState) -> None:
-        p, d = s.params, s.draw
+    sample_check = True
+
+    def _draw(self, s: PlainState, mode, cut_val, cut_idx, d) -> None:
+        p = s.params
         _draw_kernel[(s.mode.numel(), d.splits)](
             s.logits, s.logits.stride(0), s.dummy_f32, 0,
-            s.mode, s.row, s.slot, s.dummy_i32, s.dummy_i32, s.dummy_f32, s.dummy_f32,
-            p.temp_div, p.cut_val, p.cut_idx, s.dummy_f32, s.seed, s.positions,
+            mode, s.row, s.slot, s.dummy_i32, s.dummy_i32, s.dummy_f32, s.dummy_f32,
+            p.temp_div, cut_val, cut_idx, s.dummy_f32, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, s.counts_init, s.counts, s.tokens, s.tokens.stride(0),
             s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
             HAS_DRAFT=False, BLOCK=self.block, CHUNK=REDUCE_CHUNK, num_warps=8)

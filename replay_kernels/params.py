@@ -107,6 +107,9 @@ class RowParams:
     log_min_p  float32  log(min_p) for filtered rows, -inf when min-p is off
     top_k      int32    k in [1, V] (V = off)
     top_p      float32  p in (0, 1] (1 = off)
+    search_top_k / search_top_p: what the filter passes search (top_k / top_p, except V / 1 on check rows)
+    check      int32    1: the row's top-k or top-p is applied by sample-and-check (replay_kernels.sample_check)
+                        after the draw, not by the bound (which then holds min-p only)
     cut_val    float32  filter bound, written by :func:`launch_params` (-inf = keep all)
     cut_idx    int32    filter tie index, written by :func:`launch_params`
     filter_rows int32 [F] rows whose bound must be computed (min-p / top-k / top-p)
@@ -118,6 +121,10 @@ class RowParams:
     log_min_p: torch.Tensor
     top_k: torch.Tensor
     top_p: torch.Tensor
+    search_top_k: torch.Tensor
+    search_top_p: torch.Tensor
+    check: torch.Tensor
+    any_check: bool
     cut_val: torch.Tensor
     cut_idx: torch.Tensor
     filter_rows: torch.Tensor
@@ -136,11 +143,13 @@ def host_step(step: Step) -> Step:
     return Step(**fields)
 
 
-def prepare_params(step: Step, device: torch.device | str | None = None, filter_span: int = FILTER_SPAN) -> RowParams:
+def prepare_params(step: Step, device: torch.device | str | None = None, filter_span: int = FILTER_SPAN,
+                   check: bool = False) -> RowParams:
     """Host work: expand each request's parameters to its rows (bonus row included).
 
     Greedy requests and requests that need no processing are left alone
-    (temp_div 1, no filter), as the oracle does.
+    (temp_div 1, no filter), as the oracle does. ``check``: rows with top-k or top-p (not both) leave
+    those to sample-and-check (plain samples only: a verify needs the whole processed row).
     """
     device = step.logits.device if device is None else device
     step = host_step(step)
@@ -156,26 +165,32 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
     # log(min_p) with torch on the step's device, exactly as the oracle computes it.
     log_min_p = torch.where(use_min_p.to(device), torch.log(min_p.to(device)),
                             torch.full((rows.numel(),), float("-inf"), device=device))
-    use_filter = active & (use_min_p | (k != v) | (top_p != 1))
     k = torch.where(active, k, torch.full_like(k, v))
     top_p = torch.where(active, top_p, torch.ones_like(top_p))
+    checked = active & ((k != v) != (top_p != 1)) if check else torch.zeros_like(active)
+    search_k = torch.where(checked, torch.full_like(k, v), k)
+    search_p = torch.where(checked, torch.ones_like(top_p), top_p)
+    use_filter = active & (use_min_p | (search_k != v) | (search_p != 1))
     n = rows.numel()
     filter_rows = torch.nonzero(use_filter).flatten().to(torch.int32)
-    topp_rows = use_filter & (top_p != 1)
+    topp_rows = use_filter & (search_p != 1)
     scratch = FilterScratch.allocate(
-        int(filter_rows.numel()), v, device, any_topk=bool((use_filter & (k != v)).any()),
-        any_topp=bool(topp_rows.any()), any_bound=bool((topp_rows & (use_min_p | (k != v))).any()), span=filter_span)
+        int(filter_rows.numel()), v, device, any_topk=bool((use_filter & (search_k != v)).any()),
+        any_topp=bool(topp_rows.any()), any_bound=bool((topp_rows & (use_min_p | (search_k != v))).any()),
+        span=filter_span)
     return RowParams(
         temp_div=temp_div.to(device), log_min_p=log_min_p.float(), top_k=k.to(torch.int32).to(device),
-        top_p=top_p.to(device), cut_val=torch.full((n,), float("-inf"), dtype=torch.float32, device=device),
+        top_p=top_p.to(device), search_top_k=search_k.to(torch.int32).to(device), search_top_p=search_p.to(device),
+        check=checked.to(torch.int32).to(device), any_check=bool(checked.any()),
+        cut_val=torch.full((n,), float("-inf"), dtype=torch.float32, device=device),
         cut_idx=torch.zeros(n, dtype=torch.int32, device=device), filter_rows=filter_rows.to(device),
         num_filter_rows=int(filter_rows.numel()), filters=scratch)
 
 
 def launch_params(logits: torch.Tensor, rp: RowParams) -> None:
     """Device work: write ``rp.cut_val`` / ``rp.cut_idx`` for the filtered rows (no host sync)."""
-    launch_filters(logits, rp.filter_rows, rp.temp_div, rp.log_min_p, rp.top_k, rp.top_p, rp.cut_val, rp.cut_idx,
-                   rp.filters)
+    launch_filters(logits, rp.filter_rows, rp.temp_div, rp.log_min_p, rp.search_top_k, rp.search_top_p, rp.cut_val,
+                   rp.cut_idx, rp.filters)
 
 
 def apply_sampling_params(step: Step, block: int = 1024, filter_span: int = FILTER_SPAN) -> torch.Tensor:

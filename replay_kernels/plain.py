@@ -27,6 +27,11 @@ from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 from .draw import DRAW_BLOCK, DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, prepare_params
+from .sample_check import EXTRA_ROUNDS, CheckScratch, launch_check, launch_finish
+
+# Later draws of sample-and-check: rows split over this many times the first draw's programs (fewer rows are
+# open; one program per tile of a one-row launch measured slower at R = 64..256: empty programs cost too).
+ROUND_SPLIT_FACTOR = 4
 
 
 @dataclass
@@ -37,6 +42,8 @@ class PlainState:
     mode/row/slot [R] int32 (draw mode, logits row, output slot = 0);
     seed [R] int64; positions [N] int64; tokens [R, max_k+1] int64; counts [R] int32;
     counts_init [R] int32 (1, or 0 for refused requests); draw: DrawScratch; routes [R] int8 (host);
+    check: CheckScratch of sample-and-check (None when no row uses it); round_draw: the DrawScratch of
+    its later draws, each row split over ROUND_SPLIT_FACTOR times more programs (few rows are still open);
     notes: list[str]; dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
     """
 
@@ -54,13 +61,21 @@ class PlainState:
     routes: torch.Tensor
     dummy_i32: torch.Tensor
     dummy_f32: torch.Tensor
+    check: CheckScratch | None = None
+    round_draw: DrawScratch | None = None
     notes: list[str] = field(default_factory=list)
 
 
 class PlainSampler(LaunchSampler):
-    """prepare / launch / sample of a plain sampler; subclasses write ``_draw(state)``."""
+    """prepare / launch / sample of a plain sampler; subclasses write ``_draw(state, mode, cut_val, cut_idx,
+    scratch)``.
+
+    ``sample_check``: top-k or top-p rows are drawn then checked (:mod:`replay_kernels.sample_check`)
+    instead of searching their bound first; the subclass's draw must honour the plan it is given.
+    """
 
     rng_contract = "mrv2"
+    sample_check = False
 
     def __init__(self, block: int = DRAW_BLOCK, programs: int = DRAW_PROGRAMS, filter_span: int = FILTER_SPAN):
         self.block = block
@@ -90,8 +105,14 @@ class PlainSampler(LaunchSampler):
             notes.append(f"{self.name} handles plain-sample steps only (k = 0); refused {len(refused)} "
                          f"request(s) with drafts ({shown}); use stochastic for speculative steps")
         i32 = dict(dtype=torch.int32, device=device)
+        params = prepare_params(step, device, self.filter_span, check=self.sample_check)
+        check = round_draw = None
+        if params.any_check:
+            check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span)
+            round_draw = DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs,
+                                              split_as_rows=max(1, r_count // ROUND_SPLIT_FACTOR))
         return PlainState(
-            logits=logits, params=prepare_params(step, device, self.filter_span),
+            logits=logits, params=params, check=check, round_draw=round_draw,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),
             slot=torch.zeros(r_count, **i32), seed=step.seed.to(device=device, dtype=torch.int64),
             positions=step.positions.to(device=device, dtype=torch.int64),
@@ -104,11 +125,21 @@ class PlainSampler(LaunchSampler):
 
     def launch(self, state: PlainState) -> tuple[torch.Tensor, torch.Tensor]:
         """Device work only (graph-capturable): filter bounds (filtered rows only), then the impl's draw,
-        which writes every token, count and -1 pad of the outputs."""
+        which writes every token, count and -1 pad of the outputs; with sample-and-check rows, the
+        check passes, the (draw, check) rounds and the finish loop (a fixed launch sequence)."""
         if state.mode.numel():
-            launch_params(state.logits, state.params)
-            self._draw(state)
+            p = state.params
+            launch_params(state.logits, p)
+            self._draw(state, state.mode, p.cut_val, p.cut_idx, state.draw)
+            cs = state.check
+            if cs is not None:
+                launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, first=True)
+                for _ in range(EXTRA_ROUNDS):
+                    self._draw(state, cs.mode, cs.cut_val, cs.cut_idx, state.round_draw)
+                    launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, first=False)
+                launch_finish(cs, state.logits, state.row, p, state.seed, state.positions, state.tokens, self.block)
         return state.tokens, state.counts
 
-    def _draw(self, state: PlainState) -> None:
+    def _draw(self, state: PlainState, mode: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,
+              scratch: DrawScratch) -> None:
         raise NotImplementedError

@@ -58,9 +58,8 @@ class SerialScanSampler(PlainSampler):
     name = "serial-scan"
     description = "serial one-thread-per-row Gumbel-max scan (k = 0), the slow engine kernel, Triton"
 
-    def _draw(self, s: PlainState) -> None:
-        p = s.params
+    def _draw(self, s: PlainState, mode, cut_val, cut_idx, scratch) -> None:
         _serial_scan_kernel[(s.mode.numel(),)](
-            s.logits, s.logits.stride(0), s.mode, s.row, p.temp_div, p.cut_val, p.cut_idx,
+            s.logits, s.logits.stride(0), mode, s.row, s.params.temp_div, cut_val, cut_idx,
             s.seed, s.positions, s.counts_init, s.counts, s.tokens, s.tokens.stride(0),
             s.logits.shape[1], s.tokens.shape[1], num_warps=1)

@@ -32,6 +32,35 @@ def cli(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
     return p.returncode, p.stdout, p.stderr
 
 
+def main_inproc(*args: str, **env: str) -> tuple[int, str, str]:
+    """`replay ARGS` through ``replay_harness.cli.main`` in this process (the console script's error mapping,
+    without 1-2 s of imports per call): (exit code, stdout, stderr). ``env`` is set for the call only;
+    REPLAY_DEBUG is unset during it (so errors stay one line)."""
+    import contextlib
+    import io
+    import os
+
+    from replay_harness import cli as replay_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_env = sys.argv, dict(os.environ)
+    sys.argv = ["replay", *args]
+    os.environ.pop("REPLAY_DEBUG", None)
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                replay_cli.main()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return code, out.getvalue(), err.getvalue()
+
+
 def has_model() -> bool:
     """True when the 'record' extra and the SmolLM2 package are installed (tests that run the model need it)."""
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None:

@@ -1,12 +1,16 @@
-"""`replay run` under torchrun (2 processes, gloo, CPU) says what a single-process run says.
+"""`replay run`, `verify`, `audit` and `bench` under torchrun (2 processes, gloo, CPU) say what a
+single-process run says.
 
-Each test launches ``python -m torch.distributed.run --nproc-per-node 2 -m replay_harness.cli run ...``
-on committed fixtures and compares stdout and the exit code with ``python -m replay_harness.cli run ...``.
+Each test launches ``python -m torch.distributed.run --nproc-per-node 2 -m replay_harness.cli COMMAND ...``
+on committed fixtures (audit: two small recordings with reused noise, made here) and compares stdout (or
+the JSON document; bench: the steps measured, as its timings differ by nature) and the exit code with
+``python -m replay_harness.cli COMMAND ...``.
 torchrun exits 1 whenever a rank exits nonzero; the rank's own exit code is in torchrun's failure report
 ("exitcode : 2"), which is what the bad-recording test checks (docs/SCALE.md).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -103,3 +107,59 @@ def test_a_failing_rank_ends_the_job_nonzero_without_hanging(mode):
     if Path("/proc").is_dir():
         time.sleep(0.5)
         assert _left_behind(token) == []
+
+
+# ----------------------------------------------------------------------------- verify, audit, bench (issue 14)
+def _json(out: str) -> dict:
+    """The one JSON document a command printed (rank 0 only: a second document would not parse)."""
+    return json.loads(out)
+
+
+def test_verify_under_two_ranks_gives_the_same_statistics_json_and_exit_code():
+    """Trial seeds are a pure function of (seed, recording, step, request): the p-values, failures and the
+    exit code (1: greedy-only fails the distribution tests) do not depend on the number of processes."""
+    args = ["verify", "fixtures/synthetic-founding", "fixtures/real-founding", "--impl", "greedy-only",
+            "--trials", "24", "--json", "--quiet"]
+    code, out, err, _ = _run(args)
+    dcode, dout, derr, _ = _run(args, nproc=2)
+    assert code == 1, err
+    assert dcode != 0 and re.search(r"exitcode\s*:\s*1\b", derr), derr
+    doc, ddoc = _json(out), _json(dout)
+    assert doc["failures"] and doc["statistical_tests"] > 10
+    assert ddoc == doc
+
+
+def test_audit_under_two_ranks_carries_per_request_state_across_ranks(tmp_path):
+    """Reused noise is judged from earlier steps' tokens of the same request (state carried from step to
+    step): with the steps dealt over two ranks the findings, p-values and exit code are unchanged."""
+    from replay_harness.recording.store import Emitted, RecordingWriter
+    from test_audit import InverseCdf, ReusedGumbel, make_steps
+
+    import torch
+
+    for name, engine in (("gumbel", ReusedGumbel()), ("icdf", InverseCdf(reuse=True))):
+        with RecordingWriter(tmp_path / name, vocab_size=64, synthetic=True, source={"synthetic": True}) as w:
+            for step, tokens, counts in make_steps(1, engine, n_steps=10, max_k=0):
+                w.write_step(step, Emitted(tokens.to(torch.int32), counts.to(torch.int32)))
+    args = ["audit", str(tmp_path / "gumbel"), str(tmp_path / "icdf"), "fixtures/real-founding", "--json", "--quiet"]
+    code, out, err, _ = _run(args)
+    dcode, dout, derr, _ = _run(args, nproc=2)
+    assert code == 1, err
+    doc = _json(out)
+    found = {(f["kind"], f["test"]) for r in doc["recordings"] for f in r["findings"]}
+    assert {("reused-noise", "recurrence"), ("reused-noise", "rank-overlap")} <= found
+    assert dcode != 0 and re.search(r"exitcode\s*:\s*1\b", derr), derr
+    assert _json(dout) == doc
+
+
+def test_bench_under_two_ranks_times_every_step_once():
+    args = ["bench", "fixtures/synthetic-founding", "fixtures/real-founding", "--impl", "reference",
+            "--repeats", "1", "--warmup", "0", "--json"]
+    dcode, dout, derr, _ = _run(args, nproc=2)
+    assert dcode == 0, derr
+    doc = _json(dout)
+    measured = sorted((m["recording"], m["step"]) for m in doc["measurements"])
+    assert measured == sorted([("fixtures/synthetic-founding", i) for i in range(3)] +
+                              [("fixtures/real-founding", i) for i in range(2)])
+    assert doc["settings"]["processes"] == 2
+    assert doc["coverage"]["A"]["requests"] == sum(m["requests"] for m in doc["measurements"])

@@ -12,7 +12,6 @@ derandomized; REPLAY_HYPOTHESIS_PROFILE=thorough runs 10x as many with fresh ran
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import random
@@ -34,6 +33,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from helpers import main_inproc
 from hardening_strategies import (SAFETENSORS_DTYPES, RecordingSpec, RequestSpec, StepSpec, join_safetensors,
                                   recording_specs, split_safetensors, write_spec)
 from replay_harness.errors import InputError
@@ -53,25 +53,8 @@ def examples(n: int) -> int:
 
 # ----------------------------------------------------------------------------- in-process command line
 def replay(*args: str) -> tuple[int, str, str]:
-    """`replay ARGS` in this process through cli.main() (same error mapping as the console script);
-    returns (exit code, stdout, stderr). A subprocess would cost 1-2 s of imports per call."""
-    from replay_harness import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, debug = sys.argv, os.environ.pop("REPLAY_DEBUG", None)
-    sys.argv = ["replay", *args]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                cli.main()
-                code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = argv
-        if debug is not None:
-            os.environ["REPLAY_DEBUG"] = debug
-    return code, out.getvalue(), err.getvalue()
+    """`replay ARGS` in this process through cli.main() (same error mapping as the console script)."""
+    return main_inproc(*args)
 
 
 def command_args(command: str, rec: Path) -> list[str]:

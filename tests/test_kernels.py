@@ -339,6 +339,22 @@ def test_launch_rewrites_every_output_slot():
 # ---------------------------------------------------------------------------
 
 
+def assert_repeatable_and_graph_capturable(impl, state, launches: int = 100) -> None:
+    """``launches`` repeated launches give bit-identical tokens and counts, and the launch captured in a CUDA
+    graph (no host sync inside) replays to the same outputs."""
+    first = [x.clone() for x in impl.launch(state)]
+    for _ in range(launches):
+        tokens, counts = impl.launch(state)
+        assert torch.equal(tokens, first[0]) and torch.equal(counts, first[1])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        impl.launch(state)
+    state.tokens.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(state.tokens, first[0]) and torch.equal(state.counts, first[1])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("vocab", [151936, 248320])
 def test_gpu_large_vocab_exact_and_deterministic(vocab):
@@ -350,19 +366,7 @@ def test_gpu_large_vocab_exact_and_deterministic(vocab):
         got = impl.sample(step)
         # GPU libdevice log / FMA contraction may move noise by an ulp: near-ties allowed (bound stated above).
         compare(step, got, want)
-        state = impl.prepare(step)
-        first = [x.clone() for x in impl.launch(state)]
-        for _ in range(100):
-            tokens, counts = impl.launch(state)
-            assert torch.equal(tokens, first[0]) and torch.equal(counts, first[1])
-        # launch is graph-capturable (no host sync) and replays to the same tokens.
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            impl.launch(state)
-        state.tokens.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(state.tokens, first[0]) and torch.equal(state.counts, first[1])
+        assert_repeatable_and_graph_capturable(impl, impl.prepare(step))
         plain = synthetic_step(seed + 10, vocab, 16, 0, ks=[0] * 16, device="cuda", **kwargs)
         gm = GumbelMaxSampler()
         compare(plain, gm.sample(plain), ReferenceSampler().sample(plain.to("cpu")))

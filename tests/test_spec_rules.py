@@ -72,7 +72,8 @@ def test_a_manifest_key_missing_is_refused(rec, key):
 
 @pytest.mark.parametrize("key,value", [("schema_minor", -1), ("schema_minor", "0"), ("synthetic", 1),
                                        ("rng_contract", ""), ("source", []), ("complete", "yes"),
-                                       ("num_steps", True), ("digest", "ABC"), ("digest", None)])
+                                       ("num_steps", True), ("digest", "ABC"), ("digest", None),
+                                       ("dropped_steps", -1), ("dropped_steps", True)])
 def test_a_manifest_value_of_the_wrong_kind_is_refused(rec, key, value):
     edit_manifest(rec, lambda m: m.update({key: value}))
     problems = [p for p in errors(rec) if p.field == key]

@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="comma list of shape filters: labels like R64k4, or 'plain' (k=0) / 'verify' (k>0)")
     ap.add_argument("--impls", default=None, help="comma list of substrings of impl names to time")
     ap.add_argument("--top-p", default=None, help="comma list of top_p values (default 1.0,0.9)")
+    ap.add_argument("--top-k", type=int, default=0, help="top-k of every request, with each --top-p (default 0: off)")
     ap.add_argument("--no-peers", action="store_true", help="do not load FlashInfer / vLLM")
     ap.add_argument("--peers-dir", default=str(REPO / ".peers"))
     ap.add_argument("--no-jit", action="store_true", help="refuse a FlashInfer JIT build (prebuilt only)")

@@ -25,8 +25,8 @@ export PYTHONUNBUFFERED=1
   fi
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "gpu", torch.cuda.get_device_name(0))'
   if [ -f tests/test_kernels.py ] && python3 -c 'import pytest' 2>/dev/null; then
-    echo "== pytest -m gpu tests/test_kernels.py (max 150 s)"
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py
+    echo "== pytest -m gpu tests/test_kernels.py tests/test_sample_check.py (max 200 s)"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py tests/test_sample_check.py
     echo "== pytest rc=$? (not fatal; the bench runs anyway)"
   else
     echo "== pytest or tests/test_kernels.py missing: GPU tests skipped"

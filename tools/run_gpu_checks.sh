@@ -4,7 +4,8 @@
 # The Triton kernel tests (-m gpu), `replay run` of every committed fixture through `stochastic` on CUDA,
 # the founding-case routing violation, `replay verify` wall-clock on CUDA, and a bench of the real
 # draft-model fixture (V = 151,936 with draft logits). Output: $OUT/log.txt; each command is printed
-# with its exit code and the one expected. SKIP_IMPL_TESTS=1 skips tests/test_impls.py (about 45 s).
+# with its exit code and the one expected. SKIP_IMPL_TESTS=1 skips tests/test_impls.py (about 45 s),
+# SKIP_KERNEL_TESTS=1 the kernel tests (run by tools/run_gpu_bench.sh too).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu_checks_out}"
@@ -25,7 +26,7 @@ replay() { python3 -m replay_harness.cli "$@"; }
   echo "== $(date -u +%FT%TZ) $(hostname)"
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "gpu", torch.cuda.get_device_name(0))'
   if python3 -c 'import pytest' 2>/dev/null; then
-    check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py
+    [ -n "${SKIP_KERNEL_TESTS:-}" ] || check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py
     [ -n "${SKIP_IMPL_TESTS:-}" ] || check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_impls.py
   else echo "== pytest missing: GPU kernel tests skipped"; fi
   check 0 replay run fixtures/*/ --impl stochastic --against reference --device cuda

@@ -19,6 +19,7 @@ profile() {  # profile LABEL KERNEL_REGEX ARGS...
   profile "verify k=4 R=256" _stats_kernel --impl stochastic --R 256 --k 4
   profile "verify k=4 R=256" _draw_kernel --impl stochastic --R 256 --k 4
   profile "verify k=4 R=64" _stats_kernel --impl stochastic --R 64 --k 4
-  profile "top-p 0.9 R=256 (one search round)" _round_kernel --impl gumbel-max --R 256 --k 0 --top-p 0.9
-  profile "top-p 0.9 R=1 (one search round)" _round_kernel --impl gumbel-max --R 1 --k 0 --top-p 0.9
+  profile "top-p 0.9 R=256 (sample-and-check: the check pass)" _check_kernel --impl gumbel-max --R 256 --k 0 --top-p 0.9
+  profile "top-p 0.9 R=1 (sample-and-check: the check pass)" _check_kernel --impl gumbel-max --R 1 --k 0 --top-p 0.9
+  profile "verify k=4 top-p 0.9 R=64 (one search round)" _round_kernel --impl stochastic --R 64 --k 4 --top-p 0.9
 } 2>&1 | tee "$OUT/ncu.txt"

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from replay_harness.bench.coverage import SideCoverage, Verdict, count_kernels, judge
+from replay_harness.bench.coverage import SideCoverage, Verdict, count_kernels, judge, merge_coverage
 from replay_harness.bench.environment import environment
 from replay_harness.bench.overrides import Overrides, apply_overrides
 from replay_harness.bench.timing import bootstrap_ratio, flush_l2, l2_bytes, quantiles, rotation_count, time_calls
@@ -326,34 +326,68 @@ def run_bench(recordings: Iterable, sides: list[Side], device: torch.device, *, 
               warm_l2: bool = False, split_routes: bool = False, expect_routes: list[tuple[str | None, str]] = (),
               resamples: int = 2000, confidence: float = 0.95,
               on_step: Callable[[str], None] | None = None) -> BenchResult:
-    """Coverage pass + interleaved timing of every side on every step; then the ratio and the verdict."""
-    env = environment(device)
+    """Coverage pass + interleaved timing of every side on every step; then the ratio and the verdict.
+    (Under torchrun, :func:`replay_harness.bench.shard.bench_units` spreads the steps over the ranks.)"""
     l2 = l2_bytes(device)
-    coverage = {s.key: SideCoverage() for s in sides}
-    measurements: list[Measurement] = []
-    same_inputs = len(sides) == 2 and sides[0].impl_name == sides[1].impl_name  # stays True for an A/A run
+    parts = []
     for rec in recordings:
-        data = _data_label(rec)
         for s in sides:
             s.impl.begin_recording(str(rec.path))
         for record in rec:
-            if same_inputs:
-                same_inputs = same_step(apply_overrides(record.step, sides[0].overrides),
-                                        apply_overrides(record.step, sides[1].overrides))
-            groups = split_by_route(record.step) if split_routes else [("all", record.step)]
-            for group, base in groups:
-                if on_step:
-                    on_step(f"{rec.path} step {record.index}" + ("" if group == "all" else f" ({group})"))
-                measurements.extend(_bench_step(rec, data, record.index, group, base, sides, device, l2,
-                                                coverage, repeats, warmup, warm_l2))
+            parts.append(bench_record(rec, record, sides, device, l2, repeats=repeats, warmup=warmup,
+                                      warm_l2=warm_l2, split_routes=split_routes, on_step=on_step))
+    return finish_bench(parts, sides, device, repeats=repeats, warmup=warmup, warm_l2=warm_l2,
+                        split_routes=split_routes, expect_routes=expect_routes, resamples=resamples,
+                        confidence=confidence)
+
+
+@dataclass
+class StepPart:
+    """What benchmarking one recorded step gave: its measurements, each side's coverage of it, and whether
+    A's and B's overridden inputs were identical (an A/A run on paper: same impl, same steps)."""
+
+    measurements: list[Measurement]
+    coverage: dict[str, SideCoverage]
+    same_inputs: bool
+
+
+def bench_record(rec, record, sides: list[Side], device: torch.device, l2: int, *, repeats: int, warmup: int,
+                 warm_l2: bool, split_routes: bool, on_step: Callable[[str], None] | None = None) -> StepPart:
+    """Benchmark one recorded step (a StepRecord of ``rec``; one sub-step per expected route with
+    ``split_routes``)."""
+    data = _data_label(rec)
+    coverage = {s.key: SideCoverage() for s in sides}
+    same_inputs = len(sides) == 2 and sides[0].impl_name == sides[1].impl_name and same_step(
+        apply_overrides(record.step, sides[0].overrides), apply_overrides(record.step, sides[1].overrides))
+    measurements: list[Measurement] = []
+    groups = split_by_route(record.step) if split_routes else [("all", record.step)]
+    for group, base in groups:
+        if on_step:
+            on_step(f"{rec.path} step {record.index}" + ("" if group == "all" else f" ({group})"))
+        measurements.extend(_bench_step(rec, data, record.index, group, base, sides, device, l2,
+                                        coverage, repeats, warmup, warm_l2))
+    return StepPart(measurements, coverage, same_inputs)
+
+
+def finish_bench(parts: list[StepPart], sides: list[Side], device: torch.device, *, repeats: int, warmup: int,
+                 warm_l2: bool, split_routes: bool, expect_routes: list[tuple[str | None, str]] = (),
+                 resamples: int = 2000, confidence: float = 0.95, processes: int = 1) -> BenchResult:
+    """The BenchResult of every step's part (in (recording, step) order): measurements, summed coverage,
+    the ratio and the verdict. ``processes``: how many ranks timed the steps (each on its own device)."""
+    measurements = [m for part in parts for m in part.measurements]
+    coverage = merge_coverage([part.coverage for part in parts], [s.key for s in sides])
+    same_inputs = len(sides) == 2 and sides[0].impl_name == sides[1].impl_name and all(p.same_inputs for p in parts)
     ratio = compute_ratio(measurements, sides, resamples, confidence) if len(sides) == 2 else None
     verdict = judge(sides, coverage, measurements, expect_routes, device, same_inputs=same_inputs)
+    l2 = l2_bytes(device)
     settings = {"repeats": repeats, "warmup": warmup, "warm_l2": warm_l2, "split_routes": split_routes,
                 "expect_routes": [f"{k}:{r}" if k else r for k, r in expect_routes],
                 "l2_policy": l2_policy(measurements, warm_l2, l2), "resamples": resamples,
                 "confidence": confidence}
-    return BenchResult(env=env, settings=settings, sides=sides, measurements=measurements, coverage=coverage,
-                       ratio=ratio, verdict=verdict)
+    if processes > 1:
+        settings["processes"] = processes  # each timed its share of the steps on its own device
+    return BenchResult(env=environment(device), settings=settings, sides=sides, measurements=measurements,
+                       coverage=coverage, ratio=ratio, verdict=verdict)
 
 
 def l2_policy(measurements: list[Measurement], warm_l2: bool, l2: int) -> str:

@@ -56,6 +56,32 @@ class Verdict:
 
 
 
+def merge_coverage(parts: list[dict[str, SideCoverage]], keys: list[str]) -> dict[str, SideCoverage]:
+    """Per side, the coverage of consecutive parts (steps, in order) summed into one, as if one SideCoverage
+    had gone through them all: kernels become "not observable" (None, with its reason) from the first
+    part that could not count them on, and nothing is counted after it."""
+    merged = {key: SideCoverage() for key in keys}
+    for part in parts:
+        for key, cov in part.items():
+            into = merged[key]
+            into.requests += cov.requests
+            into.rows += cov.rows
+            into.requests_by_route.update(cov.requests_by_route)
+            into.rows_by_route.update(cov.rows_by_route)
+            into.violations.update(cov.violations)
+            into.notes.extend(cov.notes)
+            if into.kernels is None:
+                continue
+            if cov.kernels is None:
+                into.kernels, into.kernel_source = None, cov.kernel_source
+                continue
+            into.kernels.update(cov.kernels)
+            into.kernel_source = cov.kernel_source or into.kernel_source
+            if cov.launcher_kernels is not None:
+                into.launcher_kernels = (into.launcher_kernels or Counter()) + cov.launcher_kernels
+    return merged
+
+
 def _launcher_classes() -> list[type]:
     """Triton classes whose ``run`` launches a kernel: JITFunction (compiled) and InterpretedFunction
     (TRITON_INTERPRET=1). Both are reached through ``KernelInterface.__getitem__`` -> ``self.run``

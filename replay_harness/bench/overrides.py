@@ -18,20 +18,29 @@ from replay_harness.recording.step import PER_REQUEST_FIELDS, Step
 
 @dataclass(frozen=True)
 class Overrides:
-    """None / False = keep what was recorded."""
+    """None / False = keep what was recorded. ``temperature``: one value for every request, or a tuple cycled
+    over each step's requests (request i gets ``temperature[i % len]``)."""
 
-    temperature: float | None = None
+    temperature: float | tuple[float, ...] | None = None
     top_p: float | None = None
     top_k: int | None = None
     drop_drafts: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature is not None and not (self.temperature >= 0.0 and self.temperature < float("inf")):
-            raise UsageError(f"--temperature {self.temperature}: must be finite and >= 0 (0 = greedy)")
+        for t in self.temperatures:
+            if not (t >= 0.0 and t < float("inf")):
+                raise UsageError(f"--temperature {t}: must be finite and >= 0 (0 = greedy)")
         if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
             raise UsageError(f"--top-p {self.top_p}: must be in (0, 1] (1 = off)")
         if self.top_k is not None and self.top_k < 0:
             raise UsageError(f"--top-k {self.top_k}: must be >= 0 (0 = off)")
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        """The temperature override as a tuple: () when none."""
+        if self.temperature is None:
+            return ()
+        return tuple(self.temperature) if isinstance(self.temperature, tuple) else (self.temperature,)
 
     @property
     def empty(self) -> bool:
@@ -41,7 +50,7 @@ class Overrides:
         """Short text for tables and CSV: 'T=0,drop-drafts'; '' when nothing is overridden."""
         parts = []
         if self.temperature is not None:
-            parts.append(f"T={self.temperature:g}")
+            parts.append("T=" + "/".join(f"{t:g}" for t in self.temperatures))
         if self.top_p is not None:
             parts.append(f"top_p={self.top_p:g}")
         if self.top_k is not None:
@@ -51,7 +60,8 @@ class Overrides:
         return ",".join(parts)
 
     def to_dict(self) -> dict:
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+        temperature = list(self.temperature) if isinstance(self.temperature, tuple) else self.temperature
+        return {"temperature": temperature, "top_p": self.top_p, "top_k": self.top_k,
                 "drop_drafts": self.drop_drafts}
 
 
@@ -66,7 +76,9 @@ def apply_overrides(step: Step, ov: Overrides) -> Step:
     per_req = {name: getattr(step, name) for name in PER_REQUEST_FIELDS}
     r = step.num_requests
     if ov.temperature is not None:
-        per_req["temperature"] = torch.full_like(step.temperature, ov.temperature)
+        values = ov.temperatures
+        cycled = [values[i % len(values)] for i in range(r)]
+        per_req["temperature"] = torch.tensor(cycled, dtype=step.temperature.dtype, device=step.temperature.device)
     if ov.top_p is not None:
         per_req["top_p"] = torch.full_like(step.top_p, ov.top_p)
     if ov.top_k is not None:

@@ -37,6 +37,7 @@ import torch
 from replay_harness.checks.findings import AuditResult, Finding, Term, TestResult
 from replay_harness.checks.tails import format_p, poisson_binomial_log_tail
 from replay_harness.oracle.near_tie import NEAR_TIE_TOL
+from replay_harness.recording.prefetch import steps_ahead
 from replay_harness.recording.store import Recording
 from replay_harness.oracle.sampling_params import apply_sampling_params, normalized_top_k
 from replay_harness.recording.step import Step
@@ -337,12 +338,17 @@ def _add(result: AuditResult, f: Finding) -> None:
 
 def audit_recording(path: str, *, nan: str = "error", finding_p: float = FINDING_P, note_p: float = NOTE_P,
                     on_step: Callable[[], None] | None = None) -> AuditResult:
-    """Audit every step of the recording at ``path``; raises InputError on bad input."""
+    """Audit every step of the recording at ``path``; raises InputError on bad input. A recording that holds
+    no engine tokens (``Recording.has_engine_tokens``: derived by `replay synth`) is not testable: its steps
+    are counted, not read (``AuditResult.not_testable`` says why)."""
     rec = Recording(path, nan=nan)
-    result = AuditResult(path=str(path), synthetic=rec.synthetic)
+    result = AuditResult(path=str(path), synthetic=rec.synthetic, engine_tokens=rec.has_engine_tokens)
     col = _Collector(result)
-    for record in rec:
-        col.step(record.index, record.step, record.emitted.tokens.long(), record.emitted.counts)
+    for _, record in (steps_ahead(rec, range(len(rec))) if result.engine_tokens else enumerate(range(len(rec)))):
+        if result.engine_tokens:  # steps read ahead by a thread, a few resident (recording/prefetch.py)
+            col.step(record.index, record.step, record.emitted.tokens.long(), record.emitted.counts)
+        else:
+            result.steps += 1
         if on_step:
             on_step()
     _judge(result, col, finding_p, note_p)

@@ -75,6 +75,7 @@ class Finding:
 class AuditResult:
     path: str
     synthetic: bool
+    engine_tokens: bool = True  # False: the recording says it holds no engine tokens (derived: `replay synth`)
     steps: int = 0
     request_steps: int = 0
     tokens_stochastic: int = 0
@@ -86,7 +87,32 @@ class AuditResult:
 
     @property
     def ok(self) -> bool:
+        """No finding (says nothing about whether anything was tested: :attr:`testable`)."""
         return not self.findings
+
+    @property
+    def tokens_tested(self) -> int:
+        return self.tokens_stochastic + self.tokens_greedy
+
+    @property
+    def testable(self) -> bool:
+        """At least one emitted token was tested; else "nothing found" would be no verdict at all."""
+        return self.tokens_tested > 0
+
+    @property
+    def not_testable(self) -> str | None:
+        """Why nothing was tested ("0 tokens tested: ..."); None when something was."""
+        if self.testable:
+            return None
+        if not self.engine_tokens:
+            why = "the recording has no engine tokens (derived recording)"
+        elif self.steps == 0:
+            why = "the recording has no steps"
+        elif self.refused == self.request_steps:
+            why = f"none of its {self.request_steps} request-steps emitted a token"
+        else:
+            why = "no emitted token could be tested"
+        return f"0 tokens tested: {why}"
 
     def to_dict(self) -> dict:
         tests = []
@@ -96,7 +122,8 @@ class AuditResult:
             d["p_value_text"] = format_p(t.log10_p)
             d["log10_p"] = "-inf" if t.log10_p == -math.inf else t.log10_p
             tests.append(d)
-        return {"path": self.path, "synthetic": self.synthetic, "ok": self.ok, "steps": self.steps,
+        return {"path": self.path, "synthetic": self.synthetic, "ok": self.ok, "testable": self.testable,
+                "not_testable": self.not_testable, "steps": self.steps,
                 "request_steps": self.request_steps, "tokens_stochastic": self.tokens_stochastic,
                 "tokens_greedy": self.tokens_greedy, "refused": self.refused,
                 "findings": [f.to_dict() for f in self.findings], "notes": [f.to_dict() for f in self.notes],

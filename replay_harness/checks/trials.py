@@ -47,6 +47,14 @@ def trial_seeds(rng: np.random.Generator, n: int) -> torch.Tensor:
     return torch.from_numpy(seeds)
 
 
+def request_rng(seed: int, source: int, step: int, request: int) -> np.random.Generator:
+    """The generator of one verify unit's trials (request ``request`` of step ``step`` of the ``source``-th
+    recording, --seed ``seed``): a pure function of the unit, so the statistics do not depend on which
+    process verifies which step, nor in which order (`torchrun`, docs/SCALE.md)."""
+    word = seed & 0xFFFFFFFFFFFFFFFF  # SeedSequence takes non-negative words; --seed may be negative
+    return np.random.default_rng([word & 0xFFFFFFFF, word >> 32, source, step, request])
+
+
 def copies_step(step: Step, r: int, groups: list[Group], start: int, stop: int) -> Step:
     """A step holding copies start..stop-1 of every group of request r, group after group."""
     m = stop - start

@@ -28,7 +28,8 @@ from replay_harness.checks.laws import RequestLaw, request_law, softmax64
 from replay_harness.checks.report import (DEFAULT_ALPHA, STATISTICAL, Check, UnitReport, VerifyReport,
                                           finalize)
 from replay_harness.checks.stats import MIN_EXPECTED, binomial_p, chi_square
-from replay_harness.checks.trials import Group, Outcomes, expected_runs, run_groups, same_outcome, trial_seeds
+from replay_harness.checks.trials import (Group, Outcomes, expected_runs, request_rng, run_groups, same_outcome,
+                                          trial_seeds)
 from replay_harness.oracle.sampling_params import apply_sampling_params
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route, route_name
 
@@ -39,10 +40,10 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%" if x < 0.9995 or x == 1 else f"{100 * x:.2f}%"
 
 
-def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng: np.random.Generator,
+def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng: np.random.Generator | None,
                 device: torch.device, requests: Iterable[int] | None = None,
                 on_chunk: Callable[[int], None] | None = None, sample_drafts: bool = True,
-                twins: bool = True) -> list[UnitReport]:
+                twins: bool = True, seed_key: tuple[int, int] | None = None) -> list[UnitReport]:
     """Verify every request (or ``requests``) of one step with ``trials`` runs each (rounded up to even),
     plus trials / 2 runs for the position test.
 
@@ -50,7 +51,9 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
     each trial draws its drafts from q (the theorem's setting); False keeps the recorded drafts (the
     exact conditional law; acceptance min(1, p(d)/q(d))). twins: half the trials are twins and the
     position test runs; False gives every trial its own seed and skips both (for impls whose noise is,
-    by contract, not keyed by position).
+    by contract, not keyed by position). seed_key: (seed, source): request r draws its trial seeds and
+    drafts from ``request_rng(seed, source, index, r)`` instead of ``rng`` (`replay verify` does, so its
+    result is the same however the steps are spread over processes).
 
     Statistical checks come back with ``passed=None``; call :func:`finalize` on the whole report.
     """
@@ -61,6 +64,8 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
     name = impl.name
     units = []
     for r in (range(step.num_requests) if requests is None else requests):
+        if seed_key is not None:
+            rng = request_rng(seed_key[0], seed_key[1], index, r)
         a, b = cu[r], cu[r + 1]
         k, temp = b - a - 1, float(step.temperature[r])
         drafts = step.draft_token_ids[a:b - 1].tolist()
@@ -120,6 +125,56 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
         if not unit.checks:  # nothing could be tested (all mass in one bin, outcome certain): not a pass
             unit.status = "untestable"
     return units
+
+
+def verify_units(sources: list[tuple], open_impl: Callable[[torch.device], Any], trials: int, seed: int,
+                 device: torch.device, *, sample_drafts: bool = True, twins: bool = True,
+                 on_chunk: Callable[[int], None] | None = None) -> list[UnitReport] | None:
+    """Verify every chosen step of every source: the UnitReports in (source, step, request) order, in one
+    process or sharded over torchrun's ranks by (source, step) (rank 0 gets them all, the others None).
+
+    sources: [(label, synthetic, a Recording or a list of Steps, chosen step indices)];
+    open_impl(device): the loaded impl (closed at the end), once per process, on that process's device.
+    Request r of step i of source s draws its trials from ``request_rng(seed, s, i, r)``, so the reports
+    (and the verdict :func:`finalize` gives them) do not depend on the number of processes.
+    ``on_chunk(runs)`` after every impl call (a single process only).
+    """
+    from contextlib import contextmanager
+
+    from replay_harness.compare import distributed
+    from replay_harness.recording.prefetch import read_step
+    from replay_harness.recording.store import Recording
+
+    units = [(s, i) for s, (_, _, _, chosen) in enumerate(sources) for i in chosen]
+    sizes = distributed.unit_sizes([sources[s][2].files[i] if isinstance(sources[s][2], Recording) else ""
+                                    for s, i in units])  # built-in steps: 0 bytes each, dealt in turn
+
+    def load(unit: tuple[int, int]) -> Step:
+        s, i = unit
+        rec = sources[s][2]
+        return read_step(rec, i).step if isinstance(rec, Recording) else rec[i]
+
+    @contextmanager
+    def worker(shard):
+        dev = device if shard is None else shard.device(device)
+        impl = open_impl(dev)
+        begun: set[int] = set()
+
+        def do(unit: tuple[int, int], step: Step) -> list[UnitReport]:
+            s, i = unit
+            label, _, rec, _ = sources[s]
+            if isinstance(rec, Recording) and s not in begun:
+                begun.add(s)
+                impl.begin_recording(label)
+            return verify_step(label, i, step, impl, trials, None, dev, on_chunk=on_chunk if shard is None else None,
+                               sample_drafts=sample_drafts, twins=twins, seed_key=(seed, s))
+        try:
+            yield do
+        finally:
+            impl.close()
+
+    parts = distributed.map_units(units, sizes, worker, load)
+    return None if parts is None else [u for part in parts for u in part]
 
 
 def _greedy_walk(processed: torch.Tensor, drafts: list[int]) -> list[int]:
@@ -256,8 +311,8 @@ def parse_steps(text: str | None, num_steps: int) -> list[int]:
 
 
 __all__ = ["Check", "UnitReport", "VerifyReport", "RequestLaw", "request_law", "softmax64", "chi_square",
-           "binomial_p", "finalize", "verify_step", "trial_seeds", "parse_steps", "expected_runs", "builtin_steps",
-           "DEFAULT_ALPHA", "DEFAULT_TRIALS", "STATISTICAL"]
+           "binomial_p", "finalize", "verify_step", "verify_units", "trial_seeds", "parse_steps", "expected_runs",
+           "builtin_steps", "DEFAULT_ALPHA", "DEFAULT_TRIALS", "STATISTICAL"]
 
 
 def builtin_steps(seed: int = 0) -> list[Step]:

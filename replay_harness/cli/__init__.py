@@ -19,8 +19,9 @@ import warnings
 
 import typer
 
-from replay_harness.cli import audit, bench, conformance, impls, inspect, record, run, synth, validate, verify
-from replay_harness.cli.common import err
+from replay_harness.cli import (audit, bench, completion, conformance, impls, inspect, record, run, synth, validate,
+                                verify)
+from replay_harness.cli.common import CHECKED_JSON_FILE, Command, err, write_json_file
 from replay_harness.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, ReplayError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -41,9 +42,10 @@ COMMANDS = (
     (verify.verify, "Test that an impl samples the right distribution."),
     (audit.audit, "Judge a recording's emitted tokens without replaying it."),
     (conformance.conformance, "Check an impl against the conformance vectors."),
+    (completion.completion, "Print the completion script for bash, zsh, fish or powershell."),
 )
 for command, short_help in COMMANDS:
-    app.command(short_help=short_help)(command)
+    app.command(short_help=short_help, cls=Command)(command)
 
 INTERRUPT_GRACE_S = 1.0  # after Ctrl-C, the seconds a command has to unwind before replay exits anyway
 _WAKEUP: list[socket.socket] = []  # the signal wakeup socket pair
@@ -125,20 +127,50 @@ def _quiet_warnings() -> None:
 
 def _fail(line: str, code: int) -> None:
     """Print the one error line on stderr (and, when the command line has --json, one JSON document
-    ``{"error": ..., "exit_code": ...}`` on stdout), then exit with ``code``."""
-    err.print(line)
-    if "--json" in sys.argv[1:]:
-        import json
+    ``{"error": ..., "exit_code": ...}`` on stdout; once --json-file PATH passed its check, that document in
+    PATH too, so no earlier run's document is left there), then exit with ``code``."""
+    import json
 
-        print(json.dumps({"error": line.removeprefix("replay: "), "exit_code": code}, sort_keys=True))
+    err.print(line)
+    doc = json.dumps({"error": line.removeprefix("replay: "), "exit_code": code}, sort_keys=True)
+    if "--json" in sys.argv[1:]:
+        print(doc)
+    for path in CHECKED_JSON_FILE:
+        try:
+            write_json_file(path, doc)
+        except OSError:
+            pass
     sys.exit(code)
 
 
-def main() -> None:
-    """Console-script entry: one line and a documented exit code for every error, never a traceback."""
-    _watch_interrupts()
-    _quiet_warnings()
+NO_TORCH = {"impls", "completion", "--help", "-h", "--version"}  # words that mean torch is not needed
+
+
+def _import_torch_holding_interrupts() -> None:
+    """Import torch with Ctrl-C held back, then raise it: a KeyboardInterrupt that lands inside torch's
+    C++ module initialisation aborts the process (SIGABRT through pybind11) instead of exiting 130."""
+    if "torch" in sys.modules or threading.current_thread() is not threading.main_thread():
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
+        import torch  # noqa: F401
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
+def main() -> None:
+    """One line and a documented exit code for every error, never a traceback (raises SystemExit). The
+    process-level Ctrl-C guard (:func:`_watch_interrupts`, which may end the process) is installed by
+    :func:`entry` only, so calling ``main`` inside another program (tests, the fuzz workers) leaves it alone."""
+    _quiet_warnings()
+    CHECKED_JSON_FILE.clear()
+    completion.enable_completion()
+    try:
+        if len(sys.argv) > 1 and not NO_TORCH & set(sys.argv[1:]):
+            _import_torch_holding_interrupts()  # every other command needs torch anyway
         rc = app(standalone_mode=False, prog_name="replay")  # same name under python -m
         if rc == 130:  # typer turned Ctrl-C into Exit(130), which click returns when not standalone
             _interrupted()
@@ -169,5 +201,27 @@ def main() -> None:
         _fail(f"replay: internal error: {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for a traceback)", 3)
 
 
+def entry() -> None:
+    """The ``replay`` console script and ``python -m replay_harness.cli``: :func:`main`, then flush and end
+    the process at once with its exit code. Interpreter teardown (torch's threads and static destructors)
+    is skipped, so a Ctrl-C that arrives while it runs cannot turn exit 130 into an abort."""
+    try:
+        _watch_interrupts()
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):
+            sys.stderr.write(e.code + "\n")
+    except KeyboardInterrupt:  # landed after main() had handled everything
+        code = 130
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -1,4 +1,4 @@
 """``python -m replay_harness.cli``: the same as the ``replay`` command."""
-from replay_harness.cli import main
+from replay_harness.cli import entry
 
-main()
+entry()

@@ -1,7 +1,7 @@
 """`replay audit`: judge an engine's recording from its logits, params and emitted tokens alone.
 
 Statistics live in ``replay_harness.checks.audit``; this module only prints. torch comes in through it,
-inside :func:`audit`. Exit codes: 0 nothing found, 1 findings, 2 bad input (docs/AUDIT.md).
+inside :func:`audit`. Exit codes: 0 nothing found, 1 findings, 2 bad input, 4 not testable (docs/AUDIT.md).
 """
 from __future__ import annotations
 
@@ -10,21 +10,23 @@ import math
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import (JsonOpt, NanOpt, QuietOpt, RecordingsArg, ids, out, print_json, progress,
-                                       small_cpu_threads)
-from replay_harness.errors import EXIT_MISMATCH, EXIT_OK, UsageError
+from replay_harness.cli.common import (JsonFileOpt, JsonOpt, NanOpt, QuietOpt, RecordingsArg, check_json_file, ids,
+                                       out, print_json, progress, small_cpu_threads, warn_recording)
+from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
 
 
 def audit(
     paths: RecordingsArg,
-    threshold: float = typer.Option(1e-6, "--threshold", help="p-value below which a statistical test is a "
-                                    "finding (per test; the family of 10 + 5 x requests tests has a false-alarm "
-                                    "rate of at most that many times it: docs/AUDIT.md)."),
-    note: float = typer.Option(1e-3, "--note", help="p-value below which a test is listed as a note "
+    threshold: float = typer.Option(1e-6, "--threshold", metavar="P",
+                                    help="p-value below which a statistical test is a finding (per test; the family of "
+                                         "10 + 5 x requests tests has a false-alarm rate of at most that many times "
+                                         "it: docs/AUDIT.md)."),
+    note: float = typer.Option(1e-3, "--note", metavar="P", help="p-value below which a test is listed as a note "
                                "(suspicious, not a finding)."),
     all_tests: bool = typer.Option(False, "--all-tests", help="Show the per-request tests in the table too."),
     nan: NanOpt = "error",
     as_json: JsonOpt = False,
+    json_file: JsonFileOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Judge a recording without replaying it: are the emitted tokens possible, and plausible, under the
@@ -35,31 +37,40 @@ def audit(
     (acceptance-rate), noise reused across steps (reused-noise), greedy tokens that are not the argmax
     and emitted tokens that contradict the verify walk (structure).
 
-    Exit 0 when nothing is found (notes allowed), 1 on any finding, 2 on bad input.
+    Exit 0 when nothing is found (notes allowed), 1 on any finding, 2 on bad input, 4 when a recording is
+    not testable (no emitted token could be tested, e.g. a derived recording: no engine tokens), never
+    reported as "nothing found".
 
     Example: replay audit fixtures/real-founding
     """
-    from replay_harness.checks.audit import audit_recording, format_p
+    from replay_harness.checks.audit import format_p
+    from replay_harness.checks.audit_shard import audit_units
+    from replay_harness.compare import distributed
     from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
 
     if not (0 < threshold <= note < 1):
         raise UsageError("need 0 < --threshold <= --note < 1")
+    check_json_file(json_file, paths)
     small_cpu_threads()
     paths = find_recordings(paths)
-    total = sum(len(Recording(p, nan=nan)) for p in paths)
-    results = []
-    with progress("replay audit", total, quiet=quiet) as bar:
+    recs = [Recording(p, nan=nan) for p in paths]
+    total = sum(len(rec) for rec in recs)
+    with progress("replay audit", total, quiet=quiet or distributed.launched()) as bar:
         task = bar.add_task("steps", total=total)
-        for p in paths:
-            results.append(audit_recording(p, nan=nan, finding_p=threshold, note_p=note,
-                                           on_step=lambda: bar.advance(task)))
-    ok = all(r.ok for r in results)
-    code = EXIT_OK if ok else EXIT_MISMATCH
+        results = audit_units(paths, nan=nan, finding_p=threshold, note_p=note, on_step=lambda: bar.advance(task))
+    if results is None:  # under torchrun, not rank 0: rank 0 reports for all
+        raise typer.Exit(EXIT_OK)
+    for rec in recs:  # not closed cleanly, or a digest that does not match: one warning line each
+        warn_recording(rec)
+    testable = all(r.testable for r in results)
+    code = EXIT_MISMATCH if not all(r.ok for r in results) else (EXIT_OK if testable else EXIT_INCONCLUSIVE)
+    if as_json or json_file:
+        # ok: exit 0 (nothing found and everything testable); testable: every recording had a token to test
+        doc = {"ok": code == EXIT_OK, "testable": testable, "exit_code": code, "threshold": threshold,
+               "note": note, "recordings": [r.to_dict() for r in results]}
+        print_json(doc, json_file=json_file, stdout=as_json)
     if as_json:
-        doc = {"ok": ok, "exit_code": code, "threshold": threshold, "note": note,
-               "recordings": [r.to_dict() for r in results]}
-        print_json(doc)
         raise typer.Exit(code)
 
     for r in results:
@@ -79,15 +90,16 @@ def audit(
         for kind in ("outside-support", "greedy-not-argmax", "structure"):
             n = sum(int(f.observed or 0) for f in r.findings if f.kind == kind)
             table.add_row(kind, "all", "-", "-", str(n), "0", "0" if kind in certain else "-",
-                          "FINDING" if kind in certain else "ok")
+                          "FINDING" if kind in certain else ("ok" if r.testable else "not tested"))
         out.print(table)
     for r in results:
         for f in r.findings:
             out.print(_line(r.path, "finding", f, format_p))
         for f in r.notes:
             out.print(_line(r.path, "note", f, format_p))
-        out.print(f"{r.path}: " + ("nothing found" if r.ok else f"{len(r.findings)} finding(s)")
-                  + (f", {len(r.notes)} note(s)" if r.notes else ""))
+        verdict = f"{len(r.findings)} finding(s)" if not r.ok else \
+            ("nothing found" if r.testable else f"not testable, {r.not_testable}")
+        out.print(f"{r.path}: {verdict}" + (f", {len(r.notes)} note(s)" if r.notes else ""))
     raise typer.Exit(code)
 
 

@@ -5,12 +5,14 @@ is the user guide.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import List, Optional
 
 import typer
 
-from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, NanOpt, device_opt, err, impl_arg_opt, impl_opt, out,
-                                       set_impl_timeout)
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, NanOpt, QuietOpt, check_json_file,
+                                       check_output_file, device_opt, err, impl_arg_opt, impl_opt, out, progress,
+                                       set_impl_timeout, temperatures, warn_recording, write_json_file)
 from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, UsageError
 
 ImplOpt = impl_opt("Impl A (`replay impls` lists them).", optional=True)
@@ -32,40 +34,45 @@ def _parse_expect(values: list[str] | None) -> list[tuple[str | None, str]]:
     return out
 
 
-def _check_outputs(**paths: str | None) -> None:
-    """Refuse an output file whose folder does not exist BEFORE the benchmark runs (not after, as an
-    internal error that also hides the verdict)."""
-    import os
-
-    for opt, path in paths.items():
-        if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise UsageError(f"--{opt.replace('_', '-')} {path}: folder {folder} does not exist")
+def _temperature_override(values: list[float], option: str) -> float | tuple[float, ...] | None:
+    """The --temperature what-if: None (keep the recorded ones), one value for every request, or several
+    cycled over each step's requests (request i gets ``values[i % len(values)]``)."""
+    if not values:
+        return None
+    if len(set(values)) == 1:
+        return values[0]
+    return tuple(values)
 
 
 def bench(
-    paths: Optional[List[str]] = typer.Argument(None, help="Recording folders (derived ones from `replay synth` too)."),
+    paths: Optional[List[str]] = typer.Argument(None, metavar="RECORDING", help="Recording folders, or folders "
+                                                "of them (derived ones from `replay synth` too)."),
     impl: ImplOpt = None,
-    vs: Optional[str] = typer.Option(None, "--vs", help="Impl B, timed interleaved with A; the report gives "
-                                                         "time(A)/time(B) with a bootstrap CI."),
+    vs: Optional[str] = typer.Option(None, "--vs", metavar="NAME",
+                                     help="Impl B, timed interleaved with A; the report gives time(A)/time(B) with a "
+                                          "bootstrap CI."),
     impl_arg: ImplArgOpt = None,
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="What-if: every request at this "
-                                                                            "temperature (0 = greedy)."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="What-if: every request at this top-p."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="What-if: every request at this top-k (0 = off)."),
+    temperature: Optional[List[str]] = typer.Option(None, "--temperature", metavar="T", help="What-if: requests "
+                                                    "at this temperature (0 = greedy); repeatable (or comma "
+                                                    "separated), values cycled over each step's requests: "
+                                                    "--temperature 0 --temperature 1 alternates."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", metavar="P", help="What-if: every request at this top-p."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", metavar="N",
+                                        help="What-if: every request at this top-k (0 = off)."),
     drop_drafts: bool = typer.Option(False, "--drop-drafts", help="What-if: speculative requests become plain "
                                                                   "samples of their first row."),
-    vs_temperature: Optional[float] = typer.Option(None, "--vs-temperature", help="B's temperature (A keeps "
-                                                   "--temperature); without --vs, B is A's impl. The cheap check: "
-                                                   "--drop-drafts --temperature 0 --vs-temperature 1."),
-    expect_route: Optional[List[str]] = typer.Option(None, "--expect-route", help="Require ROUTE (or A:ROUTE / "
-                                                     "B:ROUTE) to be taken by some request, else exit 4; "
-                                                     "repeatable; replaces the default stochastic-route check."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed calls per step and impl (default 20 "
-                                                                  "on CUDA, 3 on the CPU)."),
-    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed calls before timing (default 3 on "
-                                                                "CUDA, 1 on the CPU)."),
+    vs_temperature: Optional[List[str]] = typer.Option(None, "--vs-temperature", metavar="T", help="B's "
+                                                       "temperature, like --temperature (A keeps --temperature); "
+                                                       "without --vs, B is A's impl. The cheap check: "
+                                                       "--drop-drafts --temperature 0 --vs-temperature 1."),
+    expect_route: Optional[List[str]] = typer.Option(None, "--expect-route", metavar="ROUTE",
+                                                     help="Require ROUTE (or A:ROUTE / B:ROUTE) to be taken by some "
+                                                          "request, else exit 4; repeatable; replaces the default "
+                                                          "stochastic-route check."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", metavar="N",
+                                          help="Timed calls per step and impl (default 20 on CUDA, 3 on the CPU)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N",
+                                         help="Untimed calls before timing (default 3 on CUDA, 1 on the CPU)."),
     warm_l2: bool = typer.Option(False, "--warm-l2", help="Reuse one input copy (warm L2) instead of rotating "
                                                           "copies larger than 2x L2."),
     split_routes: bool = typer.Option(False, "--split-routes", help="Time each step's requests per expected "
@@ -73,13 +80,15 @@ def bench(
     device: DeviceOpt = "auto",
     nan: NanOpt = "error",
     as_json: JsonOpt = False,
-    json_file: Optional[str] = typer.Option(None, "--json-file", help="Also write the JSON document here."),
-    csv_file: Optional[str] = typer.Option(None, "--csv", help="Write one long-format CSV row per measurement."),
-    png: Optional[str] = typer.Option(None, "--png", help="Write a plot (time per step by impl and route); "
-                                                          "needs matplotlib."),
-    plot_from: Optional[str] = typer.Option(None, "--plot-from", help="Only render --png from a CSV that "
-                                                                      "`replay bench --csv` wrote."),
-    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples of the A/B ratio CI."),
+    json_file: JsonFileOpt = None,
+    quiet: QuietOpt = False,
+    csv_file: Optional[str] = typer.Option(None, "--csv", metavar="PATH",
+                                           help="Write one long-format CSV row per measurement."),
+    png: Optional[str] = typer.Option(None, "--png", metavar="PATH",
+                                      help="Write a plot (time per step by impl and route); needs matplotlib."),
+    plot_from: Optional[str] = typer.Option(None, "--plot-from", metavar="CSV",
+                                            help="Only render --png from a CSV that `replay bench --csv` wrote."),
+    resamples: int = typer.Option(2000, "--resamples", metavar="N", help="Bootstrap resamples of the A/B ratio CI."),
     impl_timeout: ImplTimeoutOpt = None,
 ) -> None:
     """Time impls on recorded steps (A vs B interleaved), and prove the code under test ran.
@@ -90,11 +99,10 @@ def bench(
 
     Example: replay bench fixtures/real-founding --impl greedy-only --vs stochastic
     """
-    _check_outputs(json_file=json_file, csv=csv_file, png=png)
-    from replay_harness.limits import check_output
-
-    for option, target in (("--json-file", json_file), ("--csv", csv_file), ("--png", png)):
-        check_output(target, [*(paths or []), plot_from], option)  # never write over an input recording or CSV
+    inputs = [*(paths or []), plot_from]  # never written over: the recordings, the CSV
+    check_json_file(json_file, inputs)
+    check_output_file(csv_file, inputs, "--csv")
+    check_output_file(png, inputs, "--png")
     if plot_from:
         if not png:
             raise UsageError("--plot-from needs --png OUT.png")
@@ -114,7 +122,9 @@ def bench(
         raise UsageError("--impl NAME is required (`replay impls` lists them)")
     expect = _parse_expect(expect_route)
 
-    from replay_harness.bench.ab import Side, run_bench
+    from replay_harness.bench.ab import Side
+    from replay_harness.bench.shard import bench_units
+    from replay_harness.compare import distributed
     from replay_harness.bench.overrides import Overrides
     from replay_harness.bench.report import csv_rows, dumps, plot_rows, print_tables, to_json, write_csv
     from replay_harness.compare.runner import load_impl, resolve_device
@@ -127,12 +137,14 @@ def bench(
     warmup = warmup if warmup is not None else (3 if cuda else 1)
     if repeats < 1 or warmup < 0 or resamples < 100:
         raise UsageError("--repeats must be >= 1, --warmup >= 0, --resamples >= 100")
-    ov_a = Overrides(temperature=temperature, top_p=top_p, top_k=top_k, drop_drafts=drop_drafts)
-    ov_b = Overrides(temperature=vs_temperature if vs_temperature is not None else temperature, top_p=top_p,
-                     top_k=top_k, drop_drafts=drop_drafts)
+    temp_a = _temperature_override(temperatures(temperature), "--temperature")
+    temp_b = _temperature_override(temperatures(vs_temperature, "--vs-temperature"), "--vs-temperature")
+    ov_a = Overrides(temperature=temp_a, top_p=top_p, top_k=top_k, drop_drafts=drop_drafts)
+    ov_b = Overrides(temperature=temp_b if temp_b is not None else temp_a, top_p=top_p, top_k=top_k,
+                     drop_drafts=drop_drafts)
     paths = find_recordings(paths)
     recs = [Recording(p, nan=nan) for p in paths]
-    names = [impl] + ([vs or impl] if (vs or vs_temperature is not None) else [])
+    names = [impl] + ([vs or impl] if (vs or temp_b is not None) else [])
     args = list(impl_arg or [])
     any_external = any(n.startswith("exec:") for n in names)
 
@@ -145,30 +157,43 @@ def bench(
     def timeout_for(name: str) -> float | None:
         return impl_timeout if name.startswith("exec:") else None
 
-    sides = [Side("A", names[0], load_impl(names[0], dev, impl_args_for(names[0]), timeout_for(names[0])), ov_a)]
-    if len(names) == 2:
-        sides.append(Side("B", names[1], load_impl(names[1], dev, impl_args_for(names[1]), timeout_for(names[1])),
-                          ov_b))
-    try:
+    def open_sides(on) -> list:  # once per process (under torchrun: on this rank's GPU); closed by bench_units
+        sides = [Side("A", names[0], load_impl(names[0], on, impl_args_for(names[0]), timeout_for(names[0])), ov_a)]
+        if len(names) == 2:
+            sides.append(Side("B", names[1], load_impl(names[1], on, impl_args_for(names[1]),
+                                                       timeout_for(names[1])), ov_b))
         set_impl_timeout([side.impl for side in sides], impl_timeout)
-        total = sum(len(r) for r in recs)
-        done = [0]
+        return sides
 
-        def progress(text: str) -> None:
-            done[0] += 1
-            if err.is_terminal:
-                err.print(f"[{done[0]}/{total}] {text}")
+    quiet = quiet or distributed.launched()  # under torchrun: rank 0 reports, nobody shows progress
+    total = sum(len(r) for r in recs)
+    done = [0]
+    # a terminal: one line per step; else a line every REPLAY_PROGRESS_EVERY s; never a live bar (its
+    # refresh thread would share the CPU with the timed calls)
+    ticker = nullcontext() if quiet or err.is_terminal else progress("replay bench", total)
 
-        result = run_bench(recs, sides, dev, repeats=repeats, warmup=warmup, warm_l2=warm_l2,
-                           split_routes=split_routes, expect_routes=expect, resamples=resamples, on_step=progress)
-    finally:
-        for side in sides:
-            side.impl.close()
+    def on_step(text: str) -> None:
+        done[0] += 1
+        if quiet:
+            return
+        if err.is_terminal:
+            err.print(f"[{done[0]}/{total}] {text}")
+        else:
+            lines.advance(0)
+
+    with ticker as lines:
+        if lines is not None:
+            lines.add_task("steps", total=total)
+        result = bench_units(recs, open_sides, dev, repeats=repeats, warmup=warmup, warm_l2=warm_l2,
+                             split_routes=split_routes, expect_routes=expect, resamples=resamples,
+                             on_step=on_step)
+    if result is None:  # under torchrun, not rank 0: rank 0 reports for all
+        raise typer.Exit(EXIT_OK)
+    for rec in recs:  # not closed cleanly, or a digest that does not match: one warning line each
+        warn_recording(rec)
     code = EXIT_OK if result.verdict.conclusive else EXIT_INCONCLUSIVE
     doc = to_json(result, code)
-    if json_file:
-        with open(json_file, "w") as f:
-            f.write(dumps(doc) + "\n")
+    write_json_file(json_file, dumps(doc))
     rows = csv_rows(result)
     if csv_file:
         write_csv(csv_file, rows)

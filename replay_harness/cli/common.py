@@ -3,7 +3,9 @@
 Each option that several commands take is declared here once, as an ``Annotated`` type (the pattern of
 the ``hf`` CLI's ``_cli_utils.py``); a command writes ``nan: NanOpt = "error"``. Where commands word an
 option's help differently (``--device``, ``--impl``, ``--impl-arg``), a factory takes the wording and
-keeps the flag, the type and the shared part of the text here. Only the standard library, typer and
+keeps the flag, the type and the shared part of the text here. Every option and argument names a
+metavar (NAME, PATH, SECONDS, RECORDING...), never typer's python type. ``--json-file`` is checked before any
+work (:func:`check_json_file`) and written with :func:`print_json`. Only the standard library, typer and
 rich are imported, so ``replay`` starts fast; commands import torch inside their functions.
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
+from typer.core import TyperArgument, TyperCommand
 
 from replay_harness.errors import UsageError
 
@@ -103,9 +106,18 @@ def warn_recording(rec: Any) -> None:
         err.print(f"replay: warning: {p}")
 
 
-def print_json(doc: Any, *, default: Any = None) -> None:
-    """One JSON document on stdout: indented, keys sorted (byte-identical run to run)."""
-    print(json.dumps(doc, indent=2, sort_keys=True, default=default))
+def dumps(doc: Any, *, default: Any = None) -> str:
+    """A JSON document as every command prints it: indented, keys sorted (byte-identical run to run)."""
+    return json.dumps(doc, indent=2, sort_keys=True, default=default)
+
+
+def print_json(doc: Any, *, default: Any = None, json_file: Optional[str] = None, stdout: bool = True) -> None:
+    """One JSON document on stdout (not with ``stdout=False``) and, with ``json_file``, the same text in
+    that file (--json-file)."""
+    text = dumps(doc, default=default)
+    write_json_file(json_file, text)
+    if stdout:
+        print(text)
 
 
 def ids(values: list[int], limit: int = 12) -> str:
@@ -126,34 +138,139 @@ def _neg_inf_mode(value: str) -> str:
     return value
 
 
+class _MetavarArgument(TyperArgument):
+    """An argument shown by its metavar alone, as click does: RECORDING... (required), [RECORDING]...
+    (optional); typer would show {RECORDING}... and its python type (<list[str]>)."""
+
+    def _shown(self) -> str:
+        name = self.metavar if self.required else f"[{self.metavar}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def get_usage_pieces(self, ctx: Any) -> list[str]:
+        return [self._shown()]
+
+    def get_help_record(self, ctx: Any) -> Any:
+        record = super().get_help_record(ctx)
+        return None if record is None else (self._shown(), record[1])
+
+
+class Command(TyperCommand):
+    """Every `replay` command (``app.command(cls=Command)``): arguments that name a metavar are shown by it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is TyperArgument and param.metavar:
+                param.__class__ = _MetavarArgument
+
+
 # ----------------------------------------------------------------------------- option and argument types
+# Every option and argument names a metavar (NAME, SECONDS, PATH, ...): without one, `--help` shows the
+# python type (`<list[str]>`), which says nothing to the reader (tests/test_cli_shape.py checks it).
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
-NanOpt = Annotated[str, typer.Option("--nan", callback=_nan_mode,
+JsonFileOpt = Annotated[Optional[str], typer.Option(
+    "--json-file", metavar="PATH", help="Also write the JSON document (what --json prints) to PATH; the "
+                                        "tables still go to stdout. Checked before any work.")]
+NanOpt = Annotated[str, typer.Option("--nan", callback=_nan_mode, metavar="error|warn",
                                      help="What a NaN in the logits is: error (exit 2) or warn.")]
-NegInfOpt = Annotated[str, typer.Option("--neg-inf-rows", callback=_neg_inf_mode,
+NegInfOpt = Annotated[str, typer.Option("--neg-inf-rows", callback=_neg_inf_mode, metavar="warn|error",
                                         help="What an all -inf logits row (every token masked) is: warn (the "
                                              "reference emits token 0 there, as vLLM does) or error (exit 2).")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no info lines on stderr.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no info lines on stderr "
+                                                              "(warnings and errors still print).")]
 ImplTimeoutOpt = Annotated[Optional[float], typer.Option(
-    "--impl-timeout", help="Seconds an external impl may take to answer one step (default 60); past it the "
-                           "program is killed and replay exits 3.")]
-RecordingsArg = Annotated[List[str], typer.Argument(help="Recording folders (each holds manifest.json and "
-                                                         "steps/).")]
+    "--impl-timeout", metavar="SECONDS", help="Seconds an external impl may take to answer one step (default "
+                                              "60); past it the program is killed and replay exits 3.")]
+RecordingsArg = Annotated[List[str], typer.Argument(metavar="RECORDING", help="Recording folders (each holds "
+                                                    "manifest.json and steps/), or folders of them (searched "
+                                                    "recursively).")]
+
+
+def temperatures(values: Optional[List[str]], option: str = "--temperature") -> list[float]:
+    """The values of a repeatable ``--temperature`` option, each of which may also be a comma-separated list
+    ("0.7,1.0" is "--temperature 0.7 --temperature 1.0"); [] when not given. Request i gets value
+    ``i % len(values)`` (cycled), so one value applies to every request. UsageError (exit 2) when a value is
+    not a finite number >= 0."""
+    import math
+
+    parsed = []
+    for text in values or []:
+        for part in str(text).split(","):
+            try:
+                value = float(part)
+            except ValueError:
+                raise UsageError(f"{option} {text!r}: not a number (0 = greedy)") from None
+            if not (math.isfinite(value) and value >= 0):
+                raise UsageError(f"{option} {part.strip()}: must be finite and >= 0 (0 = greedy)")
+            parsed.append(value)
+    return parsed
+
+
+def check_output_file(path: Optional[str], inputs: Any, option: str) -> None:
+    """Refuse an output file PATH of ``option`` before any work (UsageError, exit 2, not an internal error
+    after the work that also hides the verdict): an existing folder, a folder that does not exist or cannot
+    be written, or a path that is, holds or lies inside one of ``inputs`` (what the command reads: writing
+    there would destroy it)."""
+    import os
+
+    from replay_harness.limits import check_output
+
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path}: is a folder; name a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{option} {path}: folder {folder} does not exist")
+    check_output(path, list(inputs or ()), option)
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"{option} {path}: cannot write there (permission denied)")
+
+
+CHECKED_JSON_FILE: list[str] = []  # the --json-file path that passed its check: main writes an error there
+
+
+def check_json_file(path: Optional[str], inputs: Any = ()) -> None:
+    """:func:`check_output_file` for ``--json-file``; ``inputs``: the recordings (or other files) read."""
+    check_output_file(path, inputs, "--json-file")
+    if path is not None:
+        CHECKED_JSON_FILE[:] = [path]
+
+
+def write_json_file(path: Optional[str], text: str) -> None:
+    """Write ``text`` (a JSON document, as printed) to ``path`` atomically (a temp file beside it, then a
+    rename: a reader never sees half a document); nothing when ``path`` is None."""
+    import os
+    import tempfile
+
+    if path is None:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def device_opt(cpu_note: str) -> Any:
     """``--device``: auto, cpu or cuda; ``cpu_note`` says what the CPU means for this command."""
-    return Annotated[str, typer.Option("--device", help="auto (CUDA if present), cpu, or cuda. " + cpu_note)]
+    return Annotated[str, typer.Option("--device", metavar="auto|cpu|cuda",
+                                       help="auto (CUDA if present), cpu, or cuda. " + cpu_note)]
 
 
 def impl_opt(help: str, *, optional: bool = False) -> Any:
     """``--impl NAME``: a registry impl or exec:PROGRAM (``optional``: no default, checked by the command)."""
-    return Annotated[Optional[str] if optional else str, typer.Option("--impl", help=help)]
+    return Annotated[Optional[str] if optional else str, typer.Option("--impl", metavar="NAME", help=help)]
 
 
 def impl_arg_opt(help: str) -> Any:
     """``--impl-arg ARG``, repeatable: arguments for an external impl (exec:PROGRAM)."""
-    return Annotated[Optional[List[str]], typer.Option("--impl-arg", help="Argument for an external impl " + help)]
+    return Annotated[Optional[List[str]], typer.Option("--impl-arg", metavar="ARG",
+                                                       help="Argument for an external impl " + help)]
 
 
 def set_impl_timeout(samplers: Any, seconds: float | None) -> None:

@@ -5,8 +5,8 @@ from typing import List, Optional
 
 import typer
 
-from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, device_opt, impl_arg_opt, impl_opt, out,
-                                       print_json)
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, check_json_file, device_opt,
+                                       impl_arg_opt, impl_opt, out, print_json)
 from replay_harness.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 ImplOpt = impl_opt("Sampler implementation to check (`replay impls` lists them; exec:PROGRAM too).")
@@ -18,12 +18,14 @@ def conformance(
     impl: ImplOpt = "reference",
     impl_arg: ImplArgOpt = None,
     impl_timeout: ImplTimeoutOpt = None,
-    vectors: Optional[str] = typer.Option(None, "--vectors", help="Folder of vectors (default: the "
+    vectors: Optional[str] = typer.Option(None, "--vectors", metavar="FOLDER", help="Folder of vectors (default: the "
                                                                    "repository's fixtures/conformance)."),
-    rule: Optional[List[str]] = typer.Option(None, "--rule", help="Only the vectors whose rule id matches this "
-                                                                  "glob (repeatable), e.g. 'greedy-*'."),
+    rule: Optional[List[str]] = typer.Option(None, "--rule", metavar="GLOB",
+                                             help="Only the vectors whose rule id matches this glob (repeatable), e.g. "
+                                                  "'greedy-*'."),
     device: DeviceOpt = "auto",
     as_json: JsonOpt = False,
+    json_file: JsonFileOpt = None,
 ) -> None:
     """Check an impl against the conformance vectors: one small recording per sampling rule of
     docs/FIXTURES.md, compared token for token (near-ties are failures here).
@@ -40,6 +42,7 @@ def conformance(
         raise UsageError(f"--impl-timeout must be > 0 seconds, got {impl_timeout:g}")
     if impl_arg and not impl.startswith("exec:"):
         raise UsageError("--impl-arg is only for external impls (--impl exec:PROGRAM)")
+    check_json_file(json_file, [vectors])
     dev = resolve_device(device)
     found = find_vectors(vectors, rule)
     sampler = load_impl(impl, dev, impl_arg, impl_timeout if impl.startswith("exec:") else None)
@@ -50,10 +53,10 @@ def conformance(
     finally:
         sampler.close()
     ok = all(r.ok for r in results)
-    if as_json:
+    if as_json or json_file:
         print_json({"impl": impl, "ok": ok, "exit_code": EXIT_OK if ok else EXIT_MISMATCH,
-                    "vectors": [r.to_dict() for r in results]})
-    else:
+                    "vectors": [r.to_dict() for r in results]}, json_file=json_file, stdout=as_json)
+    if not as_json:
         for r in results:
             c = r.comparison
             out.print(f"{'ok  ' if r.ok else 'FAIL'} {r.rule.id:26s} {c.tokens_matched}/{c.tokens_compared} tokens")

@@ -3,16 +3,18 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from replay_harness.cli.common import JsonOpt, out, print_json
+from replay_harness.cli.common import JsonFileOpt, JsonOpt, check_json_file, out, print_json
 from replay_harness.errors import ReplayError
 
 
-def impls(as_json: JsonOpt = False) -> None:
+def impls(as_json: JsonOpt = False, json_file: JsonFileOpt = None) -> None:
     """List the sampler implementations --impl accepts (builtins, replay.impls plugins, exec:PROGRAM).
 
     Example: replay impls --json
     """
     from replay_harness.impls import BUILTIN, get_impl, known_names
+
+    check_json_file(json_file)
 
     rows = []
     for name in known_names():
@@ -24,8 +26,9 @@ def impls(as_json: JsonOpt = False) -> None:
         except ReplayError as e:
             rows.append({"name": name, "description": str(e), "rng_contract": None, "requires_cuda": None,
                          "available": False, "source": source})
+    if as_json or json_file:
+        print_json(rows, json_file=json_file, stdout=as_json)
     if as_json:
-        print_json(rows)
         return
     table = Table(title="impls")
     for col in ("name", "rng", "cuda only", "description"):

@@ -5,13 +5,15 @@ import json
 
 from rich.table import Table
 
-from replay_harness.cli.common import JsonOpt, RecordingsArg, out, print_json
+from replay_harness.cli.common import (JsonFileOpt, JsonOpt, RecordingsArg, check_json_file, out, print_json,
+                                       warn_recording)
 
 
-def inspect(paths: RecordingsArg, as_json: JsonOpt = False) -> None:
+def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileOpt = None) -> None:
     """Show what recordings hold: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes.
 
-    Exit 0, or 2 when a folder is not a readable recording. Folders of recordings are searched.
+    Exit 0, or 2 when a folder is not a readable recording. Folders of recordings are searched. A recording
+    that did not close cleanly or whose content digest does not match gets one warning line on stderr.
 
     Example: replay inspect fixtures/real-founding --json
     """
@@ -19,12 +21,18 @@ def inspect(paths: RecordingsArg, as_json: JsonOpt = False) -> None:
     from replay_harness.recording.store import Recording
     from replay_harness.recording.summary import summarize
 
-    summaries = [(p, summarize(Recording(p))) for p in find_recordings(paths)]
-    if as_json:
-        print_json(summaries[0][1] if len(summaries) == 1 else [s for _, s in summaries])
-        return
-    for path, s in summaries:
-        _print_table(path, s)
+    check_json_file(json_file, paths)
+    found = find_recordings(paths)
+    recs = [Recording(p) for p in found]
+    summaries = [(p, summarize(rec)) for p, rec in zip(found, recs)]
+    for rec in recs:  # not closed cleanly, or a digest that does not match: one warning line each
+        warn_recording(rec)
+    if as_json or json_file:
+        print_json(summaries[0][1] if len(summaries) == 1 else [s for _, s in summaries], json_file=json_file,
+                   stdout=as_json)
+    if not as_json:
+        for path, s in summaries:
+            _print_table(path, s)
 
 
 def _print_table(path: str, s: dict) -> None:

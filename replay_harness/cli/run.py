@@ -11,29 +11,31 @@ from typing import List
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, NanOpt, NegInfOpt, QuietOpt, RecordingsArg,
-                                       device_opt, ids, impl_arg_opt, impl_opt, out, print_json, progress,
-                                       warn_recording)
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, NanOpt, NegInfOpt, QuietOpt,
+                                       RecordingsArg, check_json_file, device_opt, dumps, err, ids, impl_arg_opt,
+                                       impl_opt, out, progress, warn_recording, write_json_file)
 from replay_harness.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 ImplOpt = impl_opt("Sampler implementation to replay through (`replay impls` lists them).")
 ImplArgOpt = impl_arg_opt("(exec:PROGRAM), repeatable; goes to --impl if it is exec:, else to --against "
                           "(docs/EXTERNAL.md).")
+READ_REPORT_BYTES = 10**9  # replays that read at least this much say how fast on stderr (docs/SCALE.md)
 DeviceOpt = device_opt("On the CPU, Triton impls run under TRITON_INTERPRET=1 (correct, slow).")
 
 
 def run(
     paths: RecordingsArg,
     impl: ImplOpt = "reference",
-    against: str = typer.Option("recorded", "--against", help="What to compare with: 'recorded' (what the "
-                                                                "engine emitted) or another impl's name "
-                                                                "(exec:PROGRAM too)."),
+    against: str = typer.Option("recorded", "--against", metavar="recorded|NAME",
+                                help="What to compare with: 'recorded' (what the engine emitted) or another impl's "
+                                     "name (exec:PROGRAM too)."),
     impl_arg: ImplArgOpt = None,
     impl_timeout: ImplTimeoutOpt = None,
     device: DeviceOpt = "auto",
     nan: NanOpt = "error",
     neg_inf: NegInfOpt = "warn",
     as_json: JsonOpt = False,
+    json_file: JsonFileOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Replay every step through --impl and compare tokens, counts and routes with --against.
@@ -52,6 +54,7 @@ def run(
     from replay_harness.compare import distributed
     from replay_harness.compare.runner import run_recording
 
+    check_json_file(json_file, paths)
     options = (paths, impl, against, impl_arg, impl_timeout, device, nan, neg_inf)
     if distributed.launched():  # one of several processes started by torchrun
         sharded = _run_sharded(options)
@@ -59,7 +62,11 @@ def run(
             raise typer.Exit(EXIT_OK)
         paths, results = sharded
     else:
-        results = []
+        import time
+
+        from replay_harness.recording.prefetch import ReadStats
+
+        results, read, start = [], ReadStats(), time.perf_counter()
         with ExitStack() as stack:  # external programs are stopped at the end, also on errors
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack)
             with progress(f"replay {impl}", sum(len(r) for r in recs), quiet=quiet) as bar:
@@ -68,19 +75,25 @@ def run(
                     for s in loaded:
                         s.begin_recording(path)
                     results.append((rec, run_recording(rec, sampler, other, dev,
-                                                       on_step=lambda: bar.advance(task))))
+                                                       on_step=lambda: bar.advance(task), stats=read)))
+        if not quiet and read.bytes >= READ_REPORT_BYTES:  # what replay read, and how fast (docs/SCALE.md)
+            seconds = time.perf_counter() - start
+            err.print(f"replay: read {read.bytes / 1e9:.3g} GB of steps in {seconds:.3g} s: "
+                      f"{read.bytes / 1e9 / seconds:.3g} GB/s (the reads alone took {read.seconds:.3g} s)")
     for rec, _ in results:  # not closed cleanly, or a digest that does not match: one warning line each
         warn_recording(rec)
     ok = all(c.ok for _, c in results)
-    if as_json:
+    if as_json or json_file:
         doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": ok,
                "exit_code": EXIT_OK if ok else EXIT_MISMATCH,
                "recordings": [{"path": p, "synthetic": r.synthetic, **c.to_dict()}
                               for p, (r, c) in zip(paths, results)]}
+        write_json_file(json_file, dumps(doc))
+    if as_json:
         if out.is_terminal:
             out.print_json(json.dumps(doc, sort_keys=True))
         else:
-            print_json(doc)
+            print(dumps(doc))
     else:
         _print_table(impl, against, paths, results)
     raise typer.Exit(EXIT_OK if ok else EXIT_MISMATCH)
@@ -136,12 +149,13 @@ def _run_sharded(options: tuple) -> tuple | None:
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack, shard)
             heads = [start_comparison(rec, sampler, other) for rec in recs]
             mine.update(paths=paths, recs=recs, heads=[cmp for cmp, _, _ in heads])
-            for r, i in shard.units([rec.files for rec in recs]):
+            for (r, i), record in shard.steps(recs, dev):
                 if r not in begun:
                     begun.add(r)
                     for s in loaded:
                         s.begin_recording(paths[r])
-                parts.append(((r, i), replay_step(Comparison(), recs[r], i, sampler, heads[r][2], dev, heads[r][1])))
+                parts.append(((r, i), replay_step(Comparison(), recs[r], i, sampler, heads[r][2], dev, heads[r][1],
+                                                  record)))
         return parts
 
     values = distributed.run_sharded(body)

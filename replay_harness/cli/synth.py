@@ -3,19 +3,20 @@ from __future__ import annotations
 
 import typer
 
-from replay_harness.cli.common import print_json
+from replay_harness.cli.common import JsonFileOpt, JsonOpt, check_json_file, print_json
 
 
 def synth(
-    source: str = typer.Argument(..., help="A real recording to take logits rows from."),
-    out_path: str = typer.Option(..., "--out", help="Folder for the derived recording."),
-    batch: int = typer.Option(..., "--batch", help="Requests per step (R)."),
-    drafts: int = typer.Option(0, "--drafts", help="Drafts per request (k; 0 = plain samples)."),
-    vocab: int = typer.Option(..., "--vocab", help="Vocabulary size (up to 262,144)."),
-    steps: int = typer.Option(2, "--steps", help="Steps to derive."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the resampling and the request seeds."),
+    source: str = typer.Argument(..., metavar="RECORDING", help="A real recording to take logits rows from."),
+    out_path: str = typer.Option(..., "--out", metavar="FOLDER", help="Folder for the derived recording."),
+    batch: int = typer.Option(..., "--batch", metavar="R", help="Requests per step (R)."),
+    drafts: int = typer.Option(0, "--drafts", metavar="K", help="Drafts per request (k; 0 = plain samples)."),
+    vocab: int = typer.Option(..., "--vocab", metavar="V", help="Vocabulary size (up to 262,144)."),
+    steps: int = typer.Option(2, "--steps", metavar="N", help="Steps to derive."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the resampling and the request seeds."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
-    as_json: bool = typer.Option(False, "--json", help="Print the derived manifest as JSON."),
+    as_json: JsonOpt = False,
+    json_file: JsonFileOpt = None,
 ) -> None:
     """Build DERIVED steps at a production shape (R, k, V) from a real recording's logits rows.
 
@@ -27,12 +28,13 @@ def synth(
     from replay_harness.recording.derive import write_derived
     from replay_harness.recording.store import Recording
 
+    check_json_file(json_file, [source, out_path])
     path = write_derived(source, out_path, batch=batch, drafts=drafts, vocab=vocab, steps=steps, seed=seed,
                          overwrite=overwrite)
     manifest = Recording(path).manifest
-    if as_json:
-        print_json(manifest)
-    else:
+    if as_json or json_file:
+        print_json(manifest, json_file=json_file, stdout=as_json)  # --json: the derived manifest
+    if not as_json:
         d = manifest["derived"]
         print(f"wrote {path}: {steps} derived/synthetic step(s), R={batch} k={drafts} V={vocab} from {d['from']} "
               f"(V={d['from_vocab_size']}); {d['argmax_draft_rows']} draft row(s) use the row argmax")

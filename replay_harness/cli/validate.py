@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import typer
 
-from replay_harness.cli.common import JsonOpt, NanOpt, NegInfOpt, RecordingsArg, out, print_json
+from replay_harness.cli.common import (JsonFileOpt, JsonOpt, NanOpt, NegInfOpt, RecordingsArg, check_json_file, out,
+                                       print_json)
 
 
 def validate(paths: RecordingsArg, nan: NanOpt = "error", neg_inf: NegInfOpt = "warn", as_json: JsonOpt = False,
+             json_file: JsonFileOpt = None,
              clean_tmp: bool = typer.Option(False, "--clean-tmp", help="Delete the temp files (.*.tmp) an "
                                             "interrupted writer left in the recording (run it when no writer "
                                             "is writing there).")) -> None:
@@ -21,9 +23,11 @@ def validate(paths: RecordingsArg, nan: NanOpt = "error", neg_inf: NegInfOpt = "
     """
     from replay_harness.recording.discover import find_recordings
 
+    check_json_file(json_file, paths)
     docs = [_validate_one(p, nan, neg_inf, clean_tmp, as_json) for p in find_recordings(paths)]
-    if as_json:
-        print_json(docs[0] if len(docs) == 1 else {"valid": all(d["valid"] for d in docs), "recordings": docs})
+    if as_json or json_file:
+        print_json(docs[0] if len(docs) == 1 else {"valid": all(d["valid"] for d in docs), "recordings": docs},
+                   json_file=json_file, stdout=as_json)
     raise typer.Exit(0 if all(d["valid"] for d in docs) else 2)
 
 

@@ -10,8 +10,9 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import (ImplTimeoutOpt, JsonOpt, QuietOpt, device_opt, impl_arg_opt, impl_opt, out,
-                                       print_json, progress, set_impl_timeout, small_cpu_threads)
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, QuietOpt, check_json_file, device_opt,
+                                       impl_arg_opt, impl_opt, out, print_json, progress, set_impl_timeout,
+                                       small_cpu_threads, warn_recording)
 from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
 
 MAX_FAILURE_LINES = 20
@@ -21,18 +22,20 @@ DeviceOpt = device_opt("On the CPU, Triton impls run under TRITON_INTERPRET=1 (s
 
 
 def verify(
-    paths: Optional[List[str]] = typer.Argument(None, help="Recording folders. None: built-in SYNTHETIC steps "
+    paths: Optional[List[str]] = typer.Argument(None, metavar="RECORDING", help="Recording folders (or "
+                                                "folders of them). None: built-in SYNTHETIC steps "
                                                 "(vocabulary 64: one-hot and draft-logit drafts, greedy, "
                                                 "top-k/top-p/min-p, placeholders)."),
     impl: ImplOpt = "reference",
-    trials: int = typer.Option(400, "--trials", help="Runs of every request, each with its own seed (half of "
-                                                     "them twins: same seed, shifted positions), plus half as "
-                                                     "many for the position test. Runtime is linear in it; "
-                                                     "power grows with it."),
-    steps: Optional[str] = typer.Option(None, "--steps", help="Steps to verify in every recording, e.g. 0 or "
-                                                              "0,2 or 1-3 (default: all)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the trial seeds (same seed, same trials)."),
-    alpha: float = typer.Option(1e-3, "--alpha", help="Family-wise false-alarm rate: each of the m tests "
+    trials: int = typer.Option(400, "--trials", metavar="N",
+                               help="Runs of every request, each with its own seed (half of them twins: same seed, "
+                                    "shifted positions), plus half as many for the position test. Runtime is linear in "
+                                    "it; power grows with it."),
+    steps: Optional[str] = typer.Option(None, "--steps", metavar="STEPS",
+                                        help="Steps to verify in every recording, e.g. 0 or 0,2 or 1-3 (default: "
+                                             "all)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the trial seeds (same seed, same trials)."),
+    alpha: float = typer.Option(1e-3, "--alpha", metavar="P", help="Family-wise false-alarm rate: each of the m tests "
                                                       "must reach p >= alpha/m (Bonferroni); every verdict "
                                                       "rests on an exact or Monte Carlo p-value, so the rate "
                                                       "is at most alpha (docs/VERIFY.md)."),
@@ -46,6 +49,7 @@ def verify(
     impl_timeout: ImplTimeoutOpt = None,
     device: DeviceOpt = "auto",
     as_json: JsonOpt = False,
+    json_file: JsonFileOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Check statistically that --impl samples from the right distribution.
@@ -60,17 +64,17 @@ def verify(
 
     Example: replay verify fixtures/real-founding --impl greedy-only
     """
-    import numpy as np
-
     from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
     from replay_harness.compare.runner import load_impl, resolve_device
-    from replay_harness.checks.verify import VerifyReport, builtin_steps, finalize, parse_steps, verify_step
+    from replay_harness.checks.verify import VerifyReport, builtin_steps, finalize, parse_steps, verify_units
+    from replay_harness.compare import distributed
 
     if trials < 2:
         raise UsageError(f"--trials must be at least 2, got {trials}")
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha must lie in (0, 1), got {alpha:g}")
+    check_json_file(json_file, paths)
     dev = resolve_device(device)
     small_cpu_threads(dev)
     sources = []  # (label, synthetic, [(index, step)]) -- steps are read lazily
@@ -91,38 +95,40 @@ def verify(
             raise UsageError(f"--steps for the built-in steps: {e}") from None
         sources.append(("built-in (synthetic)", True, built, chosen))
 
-    sampler = load_impl(impl, dev, impl_arg, impl_timeout if impl.startswith("exec:") else None)
     report = VerifyReport(impl=impl, trials=trials + trials % 2, seed=seed, alpha=alpha,
                           drafts="recorded" if recorded_drafts else "sampled")
-    rng = np.random.default_rng(seed)
-    try:
-        set_impl_timeout(sampler, impl_timeout)
-        def step_at(rec, i):
-            return rec[i].step if isinstance(rec, Recording) else rec[i]
 
-        total = sum(_runs(step_at(rec, i), trials, not no_twins) for _, _, rec, chosen in sources for i in chosen)
-        with progress("replay verify", total, quiet=quiet) as bar:
-            task = bar.add_task("runs", total=total)
-            for label, _, rec, chosen in sources:
-                if label in (paths or []):
-                    sampler.begin_recording(label)
-                for i in chosen:
-                    step = step_at(rec, i)
-                    report.units += verify_step(label, i, step, sampler, trials, rng, dev,
-                                                on_chunk=lambda n: bar.advance(task, n),
-                                                sample_drafts=not recorded_drafts, twins=not no_twins)
-    finally:
-        sampler.close()
+    def open_impl(on):  # once per process (under torchrun: on this rank's GPU)
+        sampler = load_impl(impl, on, impl_arg, impl_timeout if impl.startswith("exec:") else None)
+        set_impl_timeout(sampler, impl_timeout)
+        return sampler
+
+    def step_at(rec, i):
+        return rec[i].step if isinstance(rec, Recording) else rec[i]
+
+    quiet = quiet or distributed.launched()  # under torchrun: no bar (and no reading every step for its total)
+    total = 0 if quiet else sum(_runs(step_at(rec, i), trials, not no_twins) for _, _, rec, chosen in sources
+                                for i in chosen)
+    with progress("replay verify", total, quiet=quiet) as bar:
+        task = bar.add_task("runs", total=total)
+        units = verify_units(sources, open_impl, trials, seed, dev, sample_drafts=not recorded_drafts,
+                             twins=not no_twins, on_chunk=lambda n: bar.advance(task, n))
+    if units is None:  # under torchrun, not rank 0: rank 0 reports for all
+        raise typer.Exit(EXIT_OK)
+    report.units = units
     finalize(report)
+    for _, _, rec, _ in sources:  # not closed cleanly, or a digest that does not match: one warning line each
+        if isinstance(rec, Recording):
+            warn_recording(rec)
     code = EXIT_OK if report.ok else EXIT_MISMATCH
     if report.ok and not report.checks:
         code = EXIT_INCONCLUSIVE
-    if as_json:
+    if as_json or json_file:
         doc = {**report.to_dict(), "exit_code": code,
                "recordings": [{"path": label, "synthetic": syn, "steps": chosen}
                               for label, syn, _, chosen in sources]}
-        print_json(doc, default=float)
-    else:
+        print_json(doc, default=float, json_file=json_file, stdout=as_json)
+    if not as_json:
         _print(report, sources, code)
     raise typer.Exit(code)
 

@@ -8,6 +8,10 @@ sizes), replays its own units on ``cuda:LOCAL_RANK`` (or the CPU) and sends its 
 (or its first error) to rank 0 with ``gather_object``. Rank 0 merges them in (recording, step) order,
 so its report, JSON and exit code are those of a single-process run; the other ranks print nothing.
 
+Other commands (`verify`, `audit`, `bench`) use :func:`map_units`: a list of units (whatever the command
+works on: (recording, step) for all of them), their sizes, and a worker opened once per rank; rank 0 gets
+every unit's result in the order of the list, so the command's own merge is that of a single-process run.
+
 Failure: an error in a rank is sent to rank 0, which raises the error of the earliest unit (the one a
 single-process run raises) as one line with its exit code. A rank that dies is noticed by torchrun,
 which stops the others; a rank that hangs makes the gather time out after ``REPLAY_DIST_TIMEOUT``
@@ -22,7 +26,7 @@ import signal
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 from replay_harness.errors import EXIT_ENVIRONMENT, EnvironmentProblem, ReplayError, UsageError
 
@@ -35,7 +39,12 @@ Unit = tuple[int, int]  # (recording index, step index)
 
 def launched() -> bool:
     """True when torchrun (or any launcher setting WORLD_SIZE > 1) started this process as one of several."""
-    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    return world_size() > 1
+
+
+def world_size() -> int:
+    """The number of processes of the job (WORLD_SIZE; 1 without a launcher)."""
+    return max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
 
 
 def timeout_s() -> float:
@@ -99,6 +108,41 @@ class Shard:
                 yield unit
         self.current = None
 
+    def steps(self, recs: Sequence[Any], device: Any = None,
+              units: Sequence[Unit] | None = None) -> Iterator[tuple[Unit, Any]]:
+        """((recording, step), StepRecord) of this rank's units of ``recs`` (or of ``units``, this rank's
+        already), read ahead in a thread (recording/prefetch.py; pinned for a CUDA ``device``); while one
+        is worked on (and while it is read) ``current`` names it."""
+        from replay_harness.recording.prefetch import Prefetcher, read_step
+
+        mine = list(self.units([rec.files for rec in recs])) if units is None else list(units)
+        pin = device is not None and device.type == "cuda"
+        ahead = iter(Prefetcher(mine, lambda unit: read_step(recs[unit[0]], unit[1], pin)))
+        try:
+            for unit in mine:
+                self.current = unit
+                yield unit, next(ahead)[1]
+        finally:
+            ahead.close()
+        self.current = None
+
+    def share(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (rank order), on every rank: ``all_gather_object`` inside :func:`run_sharded`'s
+        body, for work in two passes (every rank must call it, also one that failed in the first pass)."""
+        import torch.distributed as dist
+
+        values: list[Any] = [None] * self.world_size
+        try:
+            dist.all_gather_object(values, value)
+        except Exception as e:
+            raise EnvironmentProblem(f"rank {self.rank}: the other ranks did not answer within {timeout_s():g} s "
+                                     f"(set {TIMEOUT_ENV}): {_line(e)}") from None
+        return values
+
+    def mine(self, sizes: Sequence[int]) -> list[int]:
+        """The indices of this rank's units (:func:`assign` on ``sizes``, bytes per unit), in order."""
+        return [u for u, rank in enumerate(assign(sizes, self.world_size)) if rank == self.rank]
+
 
 class RankError(ReplayError):
     """An error raised in some rank, raised again on rank 0 with its line and exit code."""
@@ -128,7 +172,7 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
             _test_hook(shard.rank)
             sent: tuple[Any, Any] = (body(shard), None)
         except Exception as e:  # sent to rank 0, which decides what the job says
-            where = shard.current if shard.current is not None else (-1, -1)
+            where = shard.current if shard.current is not None else ()  # set-up errors sort first
             if isinstance(e, ReplayError):
                 sent = (None, (where, str(e), e.exit_code))
             else:
@@ -156,6 +200,57 @@ def merge_units(heads: list[Any], parts: list[tuple[Unit, Any]]) -> list[Any]:
     for (r, _), cmp in sorted(parts, key=lambda part: part[0]):
         heads[r].merge(cmp)
     return heads
+
+
+def map_units(units: Sequence[Any], sizes: Sequence[int],
+              open_worker: Callable[[Shard | None], ContextManager[Callable[..., Any]]],
+              load: Callable[[Any], Any] | None = None) -> list[Any] | None:
+    """Every unit's result, in the order of ``units``, in a single process and under torchrun alike.
+
+    ``open_worker(shard)`` is entered once per process (``shard`` None in a single process: no torchrun)
+    and yields ``do``; the result of unit u is ``do(u)``, or ``do(u, load(u))`` when ``load`` is given
+    (then ``load`` runs a few units ahead in a reader thread: recording/prefetch.py). Under torchrun each
+    rank does the units :func:`assign` gives it (``sizes``: bytes per unit) and rank 0 gets the list
+    (errors as :func:`run_sharded`); the other ranks get None.
+    """
+    from replay_harness.recording.prefetch import Prefetcher
+
+    def results(do: Callable[..., Any], mine: list[int], shard: Shard | None) -> list[tuple[int, Any]]:
+        ahead = None if load is None else iter(Prefetcher(mine, lambda u: load(units[u])))
+        done = []
+        try:
+            for u in mine:
+                if shard is not None:
+                    shard.current = (u,)  # an error from here on is this unit's
+                done.append((u, do(units[u]) if ahead is None else do(units[u], next(ahead)[1])))
+        finally:
+            if ahead is not None:
+                ahead.close()  # stops the reader thread now, also on an error
+        if shard is not None:
+            shard.current = None
+        return done
+
+    if not launched():
+        with open_worker(None) as do:
+            return [value for _, value in results(do, list(range(len(units))), None)]
+
+    def body(shard: Shard) -> list[tuple[int, Any]]:
+        with open_worker(shard) as do:
+            return results(do, shard.mine(sizes), shard)
+
+    values = run_sharded(body)
+    if values is None:
+        return None
+    merged: list[Any] = [None] * len(units)
+    for part in values:
+        for u, value in part:
+            merged[u] = value
+    return merged
+
+
+def unit_sizes(step_files: Sequence[os.PathLike]) -> list[int]:
+    """Bytes of each step file (0 when it cannot be read: reading the step reports it properly)."""
+    return [_size(f) for f in step_files]
 
 
 def _line(e: Exception) -> str:

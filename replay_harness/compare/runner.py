@@ -11,7 +11,8 @@ from replay_harness.compare.diff import Comparison, compare_step, recorded_resul
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls import get_impl
 from replay_harness.impls.contract import Sampler, place
-from replay_harness.recording.store import Recording
+from replay_harness.recording.prefetch import ReadStats, steps_ahead
+from replay_harness.recording.store import Recording, StepRecord
 
 
 def resolve_device(device: str) -> torch.device:
@@ -37,15 +38,19 @@ def load_impl(name: str, device: torch.device, impl_args: list[str] | None = Non
 
 
 def run_recording(rec: Recording, impl: Sampler, against: str | Sampler, device: torch.device,
-                  on_step: Callable[[], None] | None = None) -> Comparison:
+                  on_step: Callable[[], None] | None = None, stats: ReadStats | None = None,
+                  depth: int | None = None) -> Comparison:
     """Replay every step of ``rec`` through ``impl``; ``against`` is "recorded" or an impl.
 
     Stochastic requests are compared token by token only when both sides declare the same RNG
-    contract (an undeclared one, "unknown", never matches).
+    contract (an undeclared one, "unknown", never matches). Steps are read ``depth`` ahead by a reader
+    thread (recording/prefetch.py; default ``REPLAY_PREFETCH_DEPTH`` or 2), so a few are resident at a
+    time; ``stats`` gets the bytes and seconds read.
     """
     cmp, exact, against = start_comparison(rec, impl, against)
-    for index in range(len(rec)):
-        replay_step(cmp, rec, index, impl, against, device, exact)
+    for index, record in steps_ahead(rec, range(len(rec)), device, depth, stats):
+        replay_step(cmp, rec, index, impl, against, device, exact, record)
+        del record
         if on_step:
             on_step()
     return cmp
@@ -71,10 +76,10 @@ def start_comparison(rec: Recording, impl: Sampler,
 
 
 def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, against: str | Sampler,
-                device: torch.device, exact: bool) -> Comparison:
-    """Read step ``index`` of ``rec``, replay it through ``impl`` (and ``against``, as ``start_comparison``
-    returned it) and fold it into ``cmp``."""
-    record = rec[index]
+                device: torch.device, exact: bool, record: StepRecord | None = None) -> Comparison:
+    """Read step ``index`` of ``rec`` (unless ``record`` holds it already), replay it through ``impl`` (and
+    ``against``, as ``start_comparison`` returned it) and fold it into ``cmp``."""
+    record = rec[index] if record is None else record
     with torch.inference_mode() if device.type == "cuda" else nullcontext():
         got = _to_cpu(impl.sample(place(record.step, impl, device)))
         want = recorded_result(record.emitted) if against == "recorded" else \

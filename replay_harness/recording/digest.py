@@ -29,7 +29,7 @@ def tensor_digest(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> str
         t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{list(t.shape)}|".encode())
         # reshape(-1) first: a 0-dim tensor cannot be viewed as bytes directly
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else b"")
     h.update(canonical_json(meta).encode())
     return h.hexdigest()
 

@@ -49,6 +49,16 @@ arrays, or (nested) Python lists and scalars. Conversions (docs/RECORDING.md):
 Every problem raises :class:`replay_harness.errors.InputError` naming the
 recording's step file, the step and the field; nothing is written for that
 step and the Recorder stays usable (earlier steps are untouched).
+
+``mode="async"`` takes the copy, the checks and the write out of the engine's
+loop (:mod:`replay_harness.recording.async_writer`): ``record_step`` snapshots the
+inputs (a side-stream copy into pinned memory for CUDA tensors) and returns; a
+writer thread runs the very same path as ``mode="sync"``, in order, so the step
+files and the digest are byte-identical. At most ``max_pending`` steps are in
+flight; when they all are, ``when_full="block"`` waits and ``"drop"`` skips the
+step and counts it (manifest ``dropped_steps``). A step the writer thread
+refuses raises its InputError (the one the sync path raises) at the next
+``record_step`` or at ``close()``. docs/RECORDING.md, "Asynchronous recording".
 """
 from __future__ import annotations
 
@@ -60,6 +70,7 @@ import numpy as np
 import torch
 
 from replay_harness.errors import InputError
+from replay_harness.recording.async_writer import WHEN_FULL, AsyncStepWriter
 from replay_harness.recording.schema import FIELD, FLOATS, ROUTE_CODE, STEPS_DIR, step_file_name
 from replay_harness.recording.store import Emitted, RecordingWriter, step_tensors
 from replay_harness.recording.step import SampleResult, Step
@@ -82,21 +93,34 @@ class Recorder:
                 each step file's metadata keeps the engine's step index as ``engine_step``
     synthetic   True for made-up data (shown by ``replay inspect``)
     overwrite   replace an existing recording in ``path``
+    mode        "sync" (convert, check and write inside ``record_step``) or "async" (snapshot
+                inside ``record_step``, the rest on a writer thread; see the module docstring)
+    max_pending async: steps in flight at most (snapshotted, not yet written)
+    when_full   async, with ``max_pending`` steps in flight: "block" (wait) or "drop" (skip the
+                step; :attr:`dropped` counts them, the manifest's ``dropped_steps`` on close)
 
     Use it as a context manager: a clean exit writes the final manifest
     (``complete: true``, step count, digest); an exception leaves
-    ``complete: false`` and every finished step readable.
+    ``complete: false`` and every finished step readable (async: the queued steps are
+    written first).
     """
 
     def __init__(self, path: str | os.PathLike, vocab_size: int, *, source: dict[str, Any] | None = None,
                  rng_contract: str = "mrv2", max_bytes: int | None = None, every: int = 1,
-                 synthetic: bool = False, overwrite: bool = False):
+                 synthetic: bool = False, overwrite: bool = False, mode: str = "sync", max_pending: int = 4,
+                 when_full: str = "block"):
         if not isinstance(vocab_size, int) or vocab_size <= 0:
             raise InputError(path, f"vocab_size must be a positive integer, got {vocab_size!r}", field="vocab_size")
         if every < 1:
             raise InputError(path, f"every must be >= 1, got {every}", field="every")
         if max_bytes is not None and max_bytes <= 0:
             raise InputError(path, f"max_bytes must be positive, got {max_bytes}", field="max_bytes")
+        if mode not in ("sync", "async"):
+            raise InputError(path, f"mode must be 'sync' or 'async', got {mode!r}", field="mode")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise InputError(path, f"max_pending must be an integer >= 1, got {max_pending!r}", field="max_pending")
+        if when_full not in WHEN_FULL:
+            raise InputError(path, f"when_full must be 'block' or 'drop', got {when_full!r}", field="when_full")
         self.path = Path(path)
         self.vocab_size = vocab_size
         self.max_bytes = max_bytes
@@ -105,14 +129,22 @@ class Recorder:
         self.bytes_written = 0    # bytes of step files written so far
         self.full = False         # True once the max_bytes budget stopped a step
         self.closed = False
+        self.writer_errors: list[BaseException] = []  # async: errors left after the one close() raised
         self._writer = RecordingWriter(self.path, vocab_size=vocab_size, rng_contract=rng_contract,
                                        source=source, synthetic=synthetic, overwrite=overwrite)
+        self._async = (AsyncStepWriter(self._write_step, max_pending=max_pending, when_full=when_full)
+                       if mode == "async" else None)
 
     # ------------------------------------------------------------------ public API
     @property
     def num_steps(self) -> int:
         """Steps written so far."""
         return len(self._writer._digests)
+
+    @property
+    def dropped(self) -> int:
+        """Steps skipped because ``max_pending`` steps were in flight (async, ``when_full="drop"``)."""
+        return self._async.dropped if self._async else 0
 
     def record_step(self, logits, cu_num_logits, draft_token_ids, positions, temperature, top_k, top_p, min_p,
                     seed, request_ids, emitted_tokens, emitted_counts, emitted_routes=None,
@@ -122,12 +154,34 @@ class Recorder:
         A call is skipped (nothing converted, nothing written) when it is not one of
         every ``every``-th, when the recording is :attr:`full`, or when writing it would
         exceed ``max_bytes`` (then :attr:`full` becomes True). Raises InputError on bad input.
+
+        Async: snapshots the inputs, queues them and returns None (or drops the step, see
+        ``when_full``); then raises the error of an earlier step the writer thread refused,
+        if any (this call's step stays queued).
         """
         if self.closed:
             raise InputError(self.path, "record_step after close()")
         engine_step = self.calls
         self.calls += 1
         if engine_step % self.every or self.full:
+            return None
+        args = dict(logits=logits, cu_num_logits=cu_num_logits, draft_token_ids=draft_token_ids,
+                    positions=positions, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                    seed=seed, request_ids=request_ids, emitted_tokens=emitted_tokens,
+                    emitted_counts=emitted_counts, emitted_routes=emitted_routes, draft_logits=draft_logits,
+                    meta=meta)
+        if self._async is None:
+            return self._write_step(engine_step, **args)
+        self._async.submit(engine_step, args)
+        self._raise_writer_error()
+        return None
+
+    def _write_step(self, engine_step: int, logits, cu_num_logits, draft_token_ids, positions, temperature, top_k,
+                    top_p, min_p, seed, request_ids, emitted_tokens, emitted_counts, emitted_routes, draft_logits,
+                    meta) -> Path | None:
+        """The one path every step takes (the caller's thread in sync mode, the writer thread in async):
+        convert, validate, check the budget, write atomically."""
+        if self.full:  # async: the budget ran out while this step was queued
             return None
         index = self.num_steps
         where = self.path / STEPS_DIR / step_file_name(index)
@@ -182,10 +236,27 @@ class Recorder:
                                 draft_logits=step.draft_logits, meta=meta)
 
     def close(self) -> None:
-        """Write the final manifest (complete, step count, digest). Idempotent."""
-        if not self.closed:
-            self._writer.close()
-            self.closed = True
+        """Write the final manifest (complete, step count, digest). Idempotent.
+
+        Async: first writes every queued step and records ``dropped_steps`` in the manifest; then,
+        with the recording closed, raises the first error of a step the writer thread refused that
+        no ``record_step`` raised yet (:attr:`writer_errors` keeps the rest)."""
+        if self.closed:
+            return
+        if self._async is not None:
+            self._async.stop()
+            self._writer.manifest["dropped_steps"] = self._async.dropped
+        self._writer.close()
+        self.closed = True
+        self._raise_writer_error(keep_rest=True)
+
+    def _raise_writer_error(self, keep_rest: bool = False) -> None:
+        """Raise the oldest unreported error of the writer thread (at close, the others go to writer_errors)."""
+        error = self._async.pop_error() if self._async else None
+        if error is not None:
+            if keep_rest:
+                self.writer_errors = list(iter(self._async.pop_error, None))
+            raise error
 
     def __enter__(self) -> "Recorder":
         return self
@@ -193,6 +264,9 @@ class Recorder:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
+        elif self._async is not None:  # write what is queued; the manifest keeps complete: false
+            self._async.stop()
+            self.closed = True
         # on an exception the manifest keeps complete: false; finished steps stay readable
 
     # ------------------------------------------------------------------ conversions

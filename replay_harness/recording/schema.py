@@ -57,6 +57,10 @@ MANIFEST_KEYS = (
     ManifestKey("num_steps", "count", closed=True),
     ManifestKey("digest", "digest", closed=True),
 )
+# Optional keys: a writer may leave them out (readers take the default); when present, of their kind.
+OPTIONAL_MANIFEST_KEYS = (
+    ManifestKey("dropped_steps", "count"),  # steps an asynchronous writer skipped, queue full; absent: 0
+)
 
 
 def step_file_name(index: int) -> str:

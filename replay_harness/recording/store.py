@@ -294,6 +294,8 @@ class Recording:
             raise InputError(mpath, f"must be a positive integer, got {_short(vocab)}", field="vocab_size")
         enforce(MAX_VOCAB, vocab, mpath, field="vocab_size", claim="vocab_size")
         self.vocab_size = vocab
+        if not isinstance(self.manifest.get("source", {}), dict):  # readers look keys up in it
+            raise InputError(mpath, f"must be a JSON object, got {_short(self.manifest['source'])}", field="source")
         self.rng_contract = str(self.manifest.get("rng_contract", "mrv2"))
         self.synthetic = bool(self.manifest.get("synthetic", False))
         files = []

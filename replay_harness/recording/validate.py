@@ -14,8 +14,9 @@ import torch
 
 from replay_harness.errors import InputError
 from replay_harness.recording.digest import recording_digest, tensor_digest
-from replay_harness.recording.schema import (FIELDS, KNOWN_FIELDS, MANIFEST, MANIFEST_KEYS, METADATA_KEY, ROUTE_CODE,
-                                             ROUTES, UNKNOWN_ROUTE, UNSUPPORTED_FIELDS, Field)
+from replay_harness.recording.schema import (FIELDS, KNOWN_FIELDS, MANIFEST, MANIFEST_KEYS, METADATA_KEY,
+                                             OPTIONAL_MANIFEST_KEYS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE,
+                                             UNSUPPORTED_FIELDS, Field)
 
 # Checked fields in the order their problems are listed: single-dtype fields first, then the float ones
 # (logits, draft_logits); within each, table order.
@@ -187,13 +188,14 @@ def _manifest_value_problem(kind: str, value) -> str | None:
 
 
 def check_manifest(manifest: dict, file: Path) -> list[InputError]:
-    """Every missing or mistyped key of ``manifest.json`` (schema.MANIFEST_KEYS; unknown keys are allowed).
+    """Every missing or mistyped key of ``manifest.json`` (schema.MANIFEST_KEYS; schema.OPTIONAL_MANIFEST_KEYS
+    only when present; unknown keys are allowed).
 
     ``num_steps`` and ``digest`` are checked only when ``complete`` is true."""
     out: list[InputError] = []
     closed = manifest.get("complete") is True
-    for key in MANIFEST_KEYS:
-        if key.closed and not closed:
+    for key in MANIFEST_KEYS + OPTIONAL_MANIFEST_KEYS:
+        if (key.closed and not closed) or (key in OPTIONAL_MANIFEST_KEYS and key.name not in manifest):
             continue
         if key.name not in manifest:
             out.append(InputError(file, "required key is missing" + (" (the recording is closed)" if key.closed

@@ -68,13 +68,13 @@ class Inputs:
         seeds = torch.randint(-2**62, 2**62, (R,), generator=g, device=device, dtype=torch.int64)
         return cls(V=V, R=R, k=k, logits=logits, draft_ids=draft_ids, positions=positions, seeds=seeds)
 
-    def step(self, top_p: float) -> Step:
-        """The inputs as a Step: every request at temperature 1, top-k off, the given top-p."""
+    def step(self, top_p: float, top_k: int = 0) -> Step:
+        """The inputs as a Step: every request at temperature 1, the given top-k (0 = off) and top-p."""
         R, k, N, dev = self.R, self.k, self.N, self.logits.device
         return Step(logits=self.logits, cu_num_logits=torch.arange(0, N + 1, k + 1, dtype=torch.int32, device=dev),
                     draft_token_ids=self.draft_ids, positions=self.positions,
                     temperature=torch.ones(R, dtype=torch.float32, device=dev),
-                    top_k=torch.zeros(R, dtype=torch.int32, device=dev),
+                    top_k=torch.full((R,), top_k, dtype=torch.int32, device=dev),
                     top_p=torch.full((R,), top_p, dtype=torch.float32, device=dev),
                     min_p=torch.zeros(R, dtype=torch.float32, device=dev), seed=self.seeds,
                     request_ids=torch.arange(R, dtype=torch.int64, device=dev) + 1000)
@@ -86,6 +86,7 @@ class CaseInput:
     step: Step
     top_p: float
     peers: Peers
+    top_k: int = 0
 
 
 @dataclass
@@ -132,8 +133,8 @@ def vllm(x: CaseInput) -> list[Timed | Skip]:
     p, s, k = x.peers, x.step, x.inp.k
     if p.gumbel_sample is None:
         return [Skip("vllm", p.status.get("vllm", "not loaded"))]
-    if x.top_p < 1.0:
-        return [Skip("vllm", "MRV2 gumbel_sample / rejection_sample take no top-p (applied by a separate pass)")]
+    if x.top_p < 1.0 or x.top_k:
+        return [Skip("vllm", "MRV2 gumbel_sample / rejection_sample take no top-k / top-p (a separate pass)")]
     m = vllm_layout(s)
     if k == 0:  # logits already temperature-processed (T=1): apply_temperature=False
         fn = partial(p.gumbel_sample, s.logits, m["idx"], s.temperature, s.seed, s.positions, False, False)
@@ -147,15 +148,16 @@ def flashinfer(x: CaseInput) -> list[Timed | Skip]:
     fi, logits, V, R, k, top_p = x.peers.fi, x.step.logits, x.inp.V, x.inp.R, x.inp.k, x.top_p
     if fi is None:
         return [Skip("flashinfer", x.peers.status.get("flashinfer", "not loaded"))]
-    if k == 0 and top_p >= 1.0:
+    top_k = x.top_k or V
+    if k == 0 and top_p >= 1.0 and top_k == V:
         return [Timed("fi.sampling_from_logits", "flashinfer",
                       lambda: fi.sampling_from_logits(logits, seed=0, offset=0), x.inp.bytes)]
     if k == 0:
-        return [Timed("fi.top_k_top_p_from_logits(V,p,joint)", "flashinfer",
-                      lambda: fi.top_k_top_p_sampling_from_logits(logits, V, top_p, filter_apply_order="joint",
+        return [Timed(f"fi.top_k_top_p_from_logits({'V' if top_k == V else top_k},p,joint)", "flashinfer",
+                      lambda: fi.top_k_top_p_sampling_from_logits(logits, top_k, top_p, filter_apply_order="joint",
                                                                   seed=0, offset=0), x.inp.bytes)]
-    if top_p < 1.0:
-        return [Skip("flashinfer", "chain_speculative_sampling applies no top-p")]
+    if top_p < 1.0 or top_k != V:
+        return [Skip("flashinfer", "chain_speculative_sampling applies no top-k / top-p")]
     dids = x.step.draft_token_ids.view(R, k + 1)[:, :k].contiguous()
     dprobs = torch.zeros(R, k, V, dtype=torch.float32, device=logits.device)
     dprobs.scatter_(2, dids.long().unsqueeze(-1), 1.0)
@@ -174,6 +176,11 @@ def torch_race(x: CaseInput) -> list[Timed | Skip]:
     if x.inp.k:
         return []
 
+    def topk_race():
+        kth = torch.topk(logits, x.top_k, dim=-1).values[:, -1:]
+        p = torch.softmax(logits.masked_fill(logits < kth, float("-inf")), -1)
+        return torch.argmax(p / torch.empty_like(p).exponential_(), -1)
+
     def race():
         p = torch.softmax(logits, -1)
         return torch.argmax(p / torch.empty_like(p).exponential_(), -1)
@@ -185,6 +192,8 @@ def torch_race(x: CaseInput) -> list[Timed | Skip]:
         q = torch.zeros_like(p).scatter_(-1, si, sp)
         return torch.argmax(q / torch.empty_like(q).exponential_(), -1)
 
+    if x.top_k:
+        return [Timed("torch.topk+exp-race", "torch", topk_race, x.inp.bytes)] if top_p >= 1.0 else []
     if top_p >= 1.0:
         return [Timed("torch.softmax+exp-race", "torch", race, x.inp.bytes)]
     return [Timed("torch.sort-top-p+exp-race", "torch", topp_race, x.inp.bytes)]

@@ -35,9 +35,10 @@ L2_POLICY = {"eager-cold": "flushed before every call (triton do_bench)", "eager
 def _record(t: Timed, inp: Inputs, top_p: float, mode: str, rnd: int, cfg: Settings, copy_gbs: float,
             timing: tuple | None = None, error: str = "", graph_launches: int | None = None) -> dict:
     """One measurement as a CSV record (timing: (median, p20, p80) µs, or None with ``error``)."""
-    rec = dict(case=f"V{inp.V} R{inp.R} k{inp.k} top_p={top_p}", impl=t.impl, family=t.family, vocab=inp.V,
+    case = f"V{inp.V} R{inp.R} k{inp.k} top_p={top_p}" + (f" top_k={cfg.top_k}" if cfg.top_k else "")
+    rec = dict(case=case, impl=t.impl, family=t.family, vocab=inp.V,
                requests=inp.R, rows=inp.N, max_drafts=inp.k, top_p=top_p, mode=mode, round=rnd,
-               clock="cuda-events" if cfg.cuda else "cpu-wall", l2_policy=L2_POLICY[mode] if cfg.cuda else "CPU",
+               clock="cuda-events" if cfg.cuda else "cpu-wall", l2_policy=L2_POLICY.get(mode, mode) if cfg.cuda else "CPU",
                error=error, bytes=t.bytes, median_us=None, p20_us=None, p80_us=None, gbps=None, pct_copy_bw=None,
                floor_us=None)
     if graph_launches is not None:
@@ -127,13 +128,13 @@ def run(cfg: Settings) -> int:
             seed += 1
             cfg.log(f"shape V={V} R={R} k={k} (N={R * (k + 1)}, logits {R * (k + 1) * V * 4 / 2**20:.1f} MiB)")
             inp = Inputs.make(V, R, k, seed, cfg.device)
-            steps = {tp: inp.step(tp) for tp in cfg.top_ps}
+            steps = {tp: inp.step(tp, cfg.top_k) for tp in cfg.top_ps}
             if not cfg.skip_correctness:
                 check_shape(inp, steps, peers, cfg, checks)
             timed = {}
             for tp, st in steps.items():
                 try:
-                    timed[tp], skips = build(CaseInput(inp, st, tp, peers), cfg.impls)
+                    timed[tp], skips = build(CaseInput(inp, st, tp, peers, cfg.top_k), cfg.impls)
                     skipped += [dict(impl=s.impl, V=V, R=R, k=k, top_p=tp, reason=s.reason) for s in skips]
                 except Exception as e:  # noqa: BLE001
                     print(f"  !!!! BUILD-ERROR V={V} R={R} k={k} top_p={tp}: {type(e).__name__}: {e}", flush=True)

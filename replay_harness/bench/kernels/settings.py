@@ -30,6 +30,7 @@ class Settings:
     vocabs: list[int] = field(default_factory=lambda: list(VOCABS))
     shapes: list[tuple[int, int]] = field(default_factory=lambda: list(SHAPES))
     top_ps: list[float] = field(default_factory=lambda: list(TOP_PS))
+    top_k: int = 0  # top-k of every request (0 = off), with each of top_ps
     impls: list[str] | None = None  # substrings of impl names to time (None: all)
     no_peers: bool = False
     peers_dir: str = ".peers"

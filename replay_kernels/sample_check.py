@@ -1,0 +1,269 @@
+"""Top-k or top-p of a plain sample by sample-and-check: draw first, then test the drawn token.
+
+Every filter keeps a suffix ``K`` of the row in ascending ``(value, index)`` order
+(:mod:`replay_kernels.params`). The plain sample is ``argmax_{v in K}(x_v + g_v)``
+(first index on ties). Instead of searching the bound of ``K`` (8 + 1 + 5 passes over
+the row, :mod:`replay_kernels.filters`), draw over a superset ``A`` of ``K`` and test
+the winner ``c``:
+
+* ``c in K``: it is the answer (``K`` is inside ``A``, so nothing in ``K`` beats it,
+  and no tied token of ``K`` has a lower index than ``c``);
+* ``c not in K``: no token at or below ``c`` in the order is in ``K`` (a suffix), so
+  draw again over ``A = {v : (x_v, v) > (x_c, c)}``, which is the draw kernel's filter
+  bound ``(cut_val, cut_idx) = (x_c, c + 1)``.
+
+The test of ``c`` is one pass over the row, split like the filter passes (grid
+``(R, SPLITS)``, spans of ``FILTER_SPAN`` elements fixed by V, so the sums do not
+depend on the batch): ``#{v : x_v > x_c}`` (top-k: ``c`` is kept iff that count
+is below k, ties at the k-th value kept), and, for top-p, the masses ``S`` (every
+kept-by-min-p value) and ``low(c)`` (those at or below ``c`` in the order), each
+``exp(x - span max)`` summed per span and rescaled to the row max in span order by
+the last program of the row to arrive; ``c`` is kept iff ``low(c) / S > 1 - p``
+(the oracle's ``cumsum(softmax) > 1 - p`` at ``c``'s sorted position, within fp32
+rounding: a near-tie, as for the search). The largest value is always kept (its
+``low`` and ``S`` are the same sum). An all ``-inf`` row keeps its first draw (token 0).
+
+At temperature 1 a drawn token misses the top-p set with probability at most
+``1 - p``, so one check settles most rows: a step costs the draw, one check pass
+(an ``exp`` per element, like the stats pass; count only for top-k), then
+``EXTRA_ROUNDS`` (draw, check) pairs over the rows still open (the others exit
+after one load; these draws split each row over more programs than the first,
+since few rows are still open), then :func:`_finish_kernel`, one program per row that loops
+(draw, check) over whole rows until every row is settled (exact whatever the
+parameters; rarely has work). Rows with both top-k and top-p keep the search
+(their top-p mass is over the top-k set, whose bound a check does not give).
+
+Bytes per check pass: V x 4 B (fp32) per open row, 16 B per program of partials.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .draw import MODE_NONE, MODE_TARGET
+from .filters import FILTER_BLOCK, FILTER_SPAN, _clean
+from .params import load_processed
+from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gumbel
+
+EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
+
+
+@triton.jit
+def _span_check(base, lo, hi, V, t, L, xc, c, p, BLOCK: tl.constexpr):
+    """Over lanes [lo, hi) of one row: (max, sum of exp(x - max), the same over lanes at or below
+    ``(xc, c)``, count of x > xc); kept-by-min-p values (x >= L) only in the sums, which are computed
+    only for top-p rows (``p < 1``)."""
+    m = tl.full((), float("-inf"), tl.float32)
+    s_all = tl.zeros((), tl.float32)
+    s_low = tl.zeros((), tl.float32)
+    cnt = tl.zeros((), tl.int32)
+    for start in range(lo, hi, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = _clean(base, offs, V, t)
+        cnt += tl.sum((x > xc).to(tl.int32), axis=0)
+        if p < 1.0:
+            x = tl.where(x >= L, x, float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            if m_new > float("-inf"):
+                e = tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0)
+                low = (x < xc) | ((x == xc) & (offs <= c))
+                scale = tl.exp(m - m_new)
+                s_all = s_all * scale + tl.sum(e, axis=0)
+                s_low = s_low * scale + tl.sum(tl.where(low, e, 0.0), axis=0)
+            m = m_new
+    return m, s_all, s_low, cnt
+
+
+@triton.jit
+def _verdict(pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, base, SPLITS, xc, kk, p):
+    """Is the drawn token kept? The partials of one row added in span order (rescaled to the row max)."""
+    M = tl.full((), float("-inf"), tl.float32)
+    for s in range(0, SPLITS):
+        M = tl.maximum(M, tl.load(pmax_ptr + base + s, cache_modifier=".cg"))
+    S = tl.zeros((), tl.float32)
+    low = tl.zeros((), tl.float32)
+    cnt = tl.zeros((), tl.int32)
+    for s in range(0, SPLITS):
+        ms = tl.load(pmax_ptr + base + s, cache_modifier=".cg")
+        w = tl.where(ms > float("-inf"), tl.exp(ms - M), 0.0)
+        S += tl.where(ms > float("-inf"), tl.load(pall_ptr + base + s, cache_modifier=".cg") * w, 0.0)
+        low += tl.where(ms > float("-inf"), tl.load(plow_ptr + base + s, cache_modifier=".cg") * w, 0.0)
+        cnt += tl.load(pcnt_ptr + base + s, cache_modifier=".cg")
+    kept = cnt < kk
+    if p < 1.0:
+        kept = kept & (low / S > 1.0 - p)
+    return kept | (xc == float("-inf"))
+
+
+@triton.jit
+def _candidate(base, c, t):
+    """The processed value of the drawn token ``c`` (temperature applied; NaN read as -inf)."""
+    xc = tl.load(base + c).to(tl.float32)
+    if t != 1.0:
+        xc = tl.math.div_rn(xc, t)
+    return tl.where(xc != xc, float("-inf"), xc)
+
+
+@triton.jit
+def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr,
+                  topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
+                  pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, V, SPLITS,
+                  SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid (R, SPLITS): test the token the last draw wrote to ``tokens[r, 0]`` (rows that are open:
+    mode TARGET and a check row). The last program of a row to arrive settles it: kept -> mode NONE
+    (later draws skip the row); else the row's bound becomes (x_c, c + 1). It writes every row's
+    mode and bound to the ``*_out`` arrays (the first check copies the prepared ones)."""
+    r = tl.program_id(0)
+    s = tl.program_id(1)
+    mode = tl.load(mode_in + r)
+    row = tl.load(row_ptr + r)
+    open_row = (mode == MODE_TARGET) & (tl.load(check_ptr + row) != 0)
+    if open_row:
+        base = logits_ptr + row.to(tl.int64) * l_stride
+        t = tl.load(temp_ptr + row)
+        c = tl.load(tokens_ptr + r * tok_stride).to(tl.int32)
+        xc = _candidate(base, c, t)
+        m, s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t,
+                                           tl.load(lbound_ptr + row), xc, c, tl.load(topp_ptr + row), BLOCK)
+        tl.store(pmax_ptr + r * SPLITS + s, m)
+        tl.store(pall_ptr + r * SPLITS + s, s_all)
+        tl.store(plow_ptr + r * SPLITS + s, s_low)
+        tl.store(pcnt_ptr + r * SPLITS + s, cnt)
+    tl.debug_barrier()
+    if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
+        tl.debug_barrier()
+        cv = tl.load(cut_val_in + row)
+        ci = tl.load(cut_idx_in + row)
+        new_mode = MODE_NONE
+        if open_row:
+            base = logits_ptr + row.to(tl.int64) * l_stride
+            c = tl.load(tokens_ptr + r * tok_stride).to(tl.int32)
+            xc = _candidate(base, c, tl.load(temp_ptr + row))
+            if not _verdict(pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc,
+                            tl.load(topk_ptr + row), tl.load(topp_ptr + row)):
+                new_mode = MODE_TARGET
+                cv = xc
+                ci = c + 1
+        tl.store(mode_out + r, new_mode)
+        tl.store(cut_val_out + row, cv)
+        tl.store(cut_idx_out + row, ci)
+        tl.store(arrivals_ptr + r, 0)
+
+
+@triton.jit
+def _row_draw(base, V, t, cv, ci, key, BLOCK: tl.constexpr):
+    """argmax (first index on ties) of processed + Gumbel noise over a whole row (no pruning needed:
+    the same token as the pruned draw kernel)."""
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = load_processed(base, offs, V, t, cv, ci)
+        score = x + uniform_to_gumbel(hash_to_uniform(murmur3_finish(key, offs)))
+        score = tl.where((offs < V) & (score == score), score, float("-inf"))
+        m, a = tl.max(score, axis=0, return_indices=True)
+        if m > best:
+            best = m
+            best_idx = start + a
+    return best_idx
+
+
+@triton.jit
+def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr,
+                   cut_val_ptr, cut_idx_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride,
+                   pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, V, SPLITS,
+                   SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid (R,): a row still open after the launched rounds loops (draw above its bound, check) in
+    one program until the drawn token is kept. Same spans and sums as the split kernels, so the
+    verdicts are the same."""
+    r = tl.program_id(0)
+    if tl.load(mode_ptr + r) == MODE_TARGET:
+        row = tl.load(row_ptr + r)
+        base = logits_ptr + row.to(tl.int64) * l_stride
+        t = tl.load(temp_ptr + row)
+        L = tl.load(lbound_ptr + row)
+        kk = tl.load(topk_ptr + row)
+        p = tl.load(topp_ptr + row)
+        key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+        cv = tl.load(cut_val_ptr + row)
+        ci = tl.load(cut_idx_ptr + row)
+        done = tl.zeros((), tl.int32)
+        while done == 0:
+            c = _row_draw(base, V, t, cv, ci, key, BLOCK)
+            xc = _candidate(base, c, t)
+            for s in range(0, SPLITS):
+                m, s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t, L, xc,
+                                                   c, p, BLOCK)
+                tl.store(pmax_ptr + r * SPLITS + s, m)
+                tl.store(pall_ptr + r * SPLITS + s, s_all)
+                tl.store(plow_ptr + r * SPLITS + s, s_low)
+                tl.store(pcnt_ptr + r * SPLITS + s, cnt)
+            tl.debug_barrier()
+            done = _verdict(pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc, kk, p).to(tl.int32)
+            cv = xc
+            ci = c + 1
+            tl.store(tokens_ptr + r * tok_stride, c.to(tl.int64))
+        tl.store(mode_ptr + r, MODE_NONE)
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class CheckScratch:
+    """Per-launch state of sample-and-check for R requests over N rows of V tokens.
+
+    mode [R] int32, cut_val [N] float32, cut_idx [N] int32: the working draw plan (the prepared one is
+    left as it is, so a launch can be replayed); partials pmax/pall/plow [R, splits] float32 and
+    pcnt [R, splits] int32; arrivals [R] int32 (zero between launches).
+    """
+
+    mode: torch.Tensor
+    cut_val: torch.Tensor
+    cut_idx: torch.Tensor
+    pmax: torch.Tensor
+    pall: torch.Tensor
+    plow: torch.Tensor
+    pcnt: torch.Tensor
+    arrivals: torch.Tensor
+    splits: int
+    span: int
+
+    @classmethod
+    def allocate(cls, num_requests: int, num_rows: int, vocab: int, device, span: int = FILTER_SPAN) -> "CheckScratch":
+        splits = max(1, triton.cdiv(vocab, span))
+        r, n = max(num_requests, 1), max(num_rows, 1)
+        f32 = dict(dtype=torch.float32, device=device)
+        return cls(mode=torch.zeros(r, dtype=torch.int32, device=device), cut_val=torch.empty(n, **f32),
+                   cut_idx=torch.empty(n, dtype=torch.int32, device=device),
+                   pmax=torch.empty((r, splits), **f32), pall=torch.empty((r, splits), **f32),
+                   plow=torch.empty((r, splits), **f32),
+                   pcnt=torch.empty((r, splits), dtype=torch.int32, device=device),
+                   arrivals=torch.zeros(r, dtype=torch.int32, device=device), splits=splits, span=span)
+
+
+def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, params,
+                 tokens: torch.Tensor, first: bool) -> None:
+    """One check pass over the R requests (``first``: read the prepared plan ``mode`` / ``params.cut_*``)."""
+    r_count = mode.numel()
+    mode_in = mode if first else cs.mode
+    cut_val_in, cut_idx_in = (params.cut_val, params.cut_idx) if first else (cs.cut_val, cs.cut_idx)
+    _check_kernel[(r_count, cs.splits)](
+        logits, logits.stride(0), mode_in, cs.mode, row, params.check, params.temp_div, params.cut_val,
+        params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0),
+        cs.pmax, cs.pall, cs.plow, cs.pcnt, cs.arrivals, logits.shape[1], cs.splits,
+        SPAN=cs.span, BLOCK=min(cs.span, FILTER_BLOCK), num_warps=8)
+
+
+def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, params, seed: torch.Tensor,
+                  positions: torch.Tensor, tokens: torch.Tensor, block: int) -> None:
+    """The one-program-per-row loop for rows still open (the others exit after one load)."""
+    _finish_kernel[(cs.mode.numel(),)](
+        logits, logits.stride(0), cs.mode, row, params.temp_div, params.cut_val, params.top_k, params.top_p,
+        cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), cs.pmax, cs.pall, cs.plow, cs.pcnt,
+        logits.shape[1], cs.splits, SPAN=cs.span, BLOCK=min(cs.span, FILTER_BLOCK), num_warps=8)

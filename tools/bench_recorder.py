@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""What recording costs a decode loop: the Recorder sync vs async (block, drop), and the disk it writes to.
+
+GPU (H200):  python tools/bench_recorder.py --dir /local/scratch --out recorder.json
+CPU smoke:   python tools/bench_recorder.py --tiny --out /tmp/recorder.json     (R 2,4, V 4096, CPU, 1 thread)
+
+A simulated engine loop, per step: a decode step's worth of device work (``--step-ms``, 20 ms:
+``torch.cuda._sleep`` calibrated with CUDA events; on the CPU a ``time.sleep``, the host waiting on
+its device), then the logits [N, V] (N = R*(k+1), ``--dtype``, fresh each step as an engine's are),
+a greedy "sampler" (argmax), ``record_step`` with every input on the device, and the engine's one
+sync a step (the sampled tokens to the host). Per batch size R, the loop runs ``--steps`` timed
+steps (after ``--warmup`` untimed ones) in each mode:
+
+  none          no recording: the baseline loop time
+  sync          Recorder(mode="sync"): D2H copy, checks, write + fsync inside the loop
+  async-block   Recorder(mode="async", when_full="block", max_pending=--max-pending)
+  async-drop    Recorder(mode="async", when_full="drop"): steps dropped when the queue is full
+  async-every   async-block recording every N-th step, N the derived sustainable rate (a check)
+
+loss per recorded step = (loop time - baseline) / recorded steps, also as a fraction of --step-ms.
+The disk's write bandwidth is measured in the same run (write + fsync a --disk-mib file in --dir).
+Sustainable rate: record every N-th step, N = ceil(max(step bytes / disk bandwidth, writer seconds
+per step) / step seconds), the writer's seconds per step taken as the sync mode's loss (a bound: it
+includes the pageable D2H copy the async mode does on a side stream).
+
+Prints a table; writes JSON to --out. Exit 0 ok, 2 bad option, 3 no CUDA for --device cuda, 130 Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from replay_harness.recording.recorder import Recorder  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+MODES = ("none", "sync", "async-block", "async-drop", "async-every")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    ap.add_argument("--batch", default="64,256", help="comma list of R (requests per step)")
+    ap.add_argument("--drafts", type=int, default=4, help="k, drafts per request")
+    ap.add_argument("--vocab", type=int, default=248_320, help="V")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    ap.add_argument("--step-ms", type=float, default=20.0, help="simulated decode step, ms")
+    ap.add_argument("--steps", type=int, default=16, help="timed engine steps per mode")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed engine steps first: pinned pool, caches, a full queue (default max-pending + 1)")
+    ap.add_argument("--max-pending", type=int, default=4, help="async queue bound")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
+    ap.add_argument("--dir", default=None, help="where recordings and the disk test file go (default: a temp dir)")
+    ap.add_argument("--disk-mib", type=int, default=2048, help="size of the disk bandwidth test file, MiB")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke: R 2,4, V 4096, 12 steps, 64 MiB disk test")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.batch, args.vocab, args.steps, args.disk_mib = "2,4", 4096, 12, 64
+        args.device = args.device or "cpu"
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.warmup = args.max_pending + 1 if args.warmup is None else args.warmup
+    try:
+        args.batch = [int(x) for x in args.batch.split(",")]
+    except ValueError:
+        ap.exit(2, f"bench_recorder: --batch: expected a comma list of integers, got {args.batch!r}\n")
+    args.modes = args.modes.split(",")
+    bad = [m for m in args.modes if m not in MODES]
+    if bad or min(args.batch) < 1 or args.steps < 1 or args.drafts < 0 or args.vocab < 2 or args.max_pending < 1:
+        ap.exit(2, f"bench_recorder: bad option: {bad or 'batch, steps, drafts and vocab must be positive'}\n")
+    if args.device not in ("cuda", "cpu"):
+        ap.exit(2, f"bench_recorder: --device must be cuda or cpu, got {args.device!r}\n")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.exit(3, "bench_recorder: --device cuda but torch sees no CUDA device\n")
+    return args
+
+
+# ----------------------------------------------------------------------------- the simulated engine
+class Engine:
+    """A decode loop's shape of work: device time, fresh logits, a sampler, one sync a step."""
+
+    def __init__(self, device: str, r: int, k: int, vocab: int, dtype: torch.dtype, step_ms: float):
+        self.device, self.r, self.k, self.vocab, self.dtype = torch.device(device), r, k, vocab, dtype
+        self.step_s = step_ms / 1000
+        self.cycles = _sleep_cycles(step_ms) if device == "cuda" else 0
+        d = self.device
+        n = r * (k + 1)
+        gen = torch.Generator(device=d).manual_seed(0)
+        self.cu = torch.arange(0, n + 1, k + 1, dtype=torch.int32, device=d)
+        drafts = torch.randint(0, vocab, (r, k + 1), generator=gen, device=d, dtype=torch.int32)
+        drafts[:, -1] = -1
+        self.drafts = drafts.reshape(-1)
+        self.positions = torch.arange(n, device=d, dtype=torch.int64)
+        self.per_req = dict(temperature=torch.zeros(r, device=d), top_k=torch.zeros(r, dtype=torch.int32, device=d),
+                            top_p=torch.ones(r, device=d), min_p=torch.zeros(r, device=d),
+                            seed=torch.arange(r, device=d), request_ids=torch.arange(r, device=d))
+        self.counts = torch.full((r,), k + 1, dtype=torch.int32, device=d)
+        self.n = n
+
+    @property
+    def step_bytes(self) -> int:
+        return self.n * self.vocab * torch.empty((), dtype=self.dtype).element_size()
+
+    def step(self, rec: Recorder | None) -> None:
+        if self.cycles:
+            torch.cuda._sleep(self.cycles)  # the forward pass
+        else:
+            time.sleep(self.step_s)         # the host waits on its device
+        logits = torch.randn(self.n, self.vocab, device=self.device, dtype=self.dtype)
+        tokens = logits.view(self.r, self.k + 1, self.vocab).argmax(-1).int()  # the "sampler"
+        if rec is not None:
+            rec.record_step(logits, self.cu, self.drafts, self.positions, emitted_tokens=tokens,
+                            emitted_counts=self.counts, **self.per_req)
+        tokens.cpu()  # the engine's one sync a step
+
+
+def _sleep_cycles(ms: float) -> int:
+    """torch.cuda._sleep cycles that take ``ms`` milliseconds (measured with CUDA events)."""
+    probe = 10_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(2):  # the first launch warms up
+        start.record()
+        torch.cuda._sleep(probe)
+        end.record()
+        end.synchronize()
+    return int(probe * ms / start.elapsed_time(end))
+
+
+def run_mode(engine: Engine, mode: str, root: Path, args, every: int = 1) -> dict:
+    """Time ``args.steps`` engine steps recording in ``mode``; the recording is deleted afterwards."""
+    path = root / f"rec-R{engine.r}-{mode}"
+    rec = None
+    if mode != "none":
+        kind = dict(mode="sync") if mode == "sync" else dict(
+            mode="async", max_pending=args.max_pending, when_full="drop" if mode == "async-drop" else "block")
+        rec = Recorder(path, engine.vocab, source={"engine": "bench_recorder"}, every=every, **kind)
+    try:
+        for _ in range(args.warmup):
+            engine.step(rec)
+        _sync(engine)
+        before_dropped = rec.dropped if rec else 0
+        calls_before = rec.calls if rec else 0
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            engine.step(rec)
+        _sync(engine)
+        loop_s = time.perf_counter() - start
+        dropped = (rec.dropped if rec else 0) - before_dropped
+        chosen = sum(1 for c in range(calls_before, calls_before + args.steps) if c % every == 0)
+        recorded = 0 if rec is None else chosen - dropped
+        close_start = time.perf_counter()
+        if rec is not None:
+            rec.close()
+        drain_s = time.perf_counter() - close_start
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+    return dict(R=engine.r, mode=mode, every=every, steps=args.steps, recorded=recorded, dropped=dropped,
+                loop_ms_per_step=1000 * loop_s / args.steps, drain_after_loop_s=drain_s)
+
+
+def _sync(engine: Engine) -> None:
+    """Wait for the engine's stream only (not the recorder's side stream, whose copies are not loop time)."""
+    if engine.device.type == "cuda":
+        torch.cuda.current_stream().synchronize()
+
+
+def disk_bandwidth(root: Path, mib: int) -> dict:
+    """Write ``mib`` MiB (64 MiB chunks of random bytes) to a file in ``root``, fsync, time it."""
+    chunk = np.random.default_rng(0).integers(0, 256, 64 * 2 ** 20, dtype=np.uint8).tobytes()
+    file = root / "disk-test.bin"
+    written, start = 0, time.perf_counter()
+    with open(file, "wb") as f:
+        while written < mib * 2 ** 20:
+            part = chunk[: min(len(chunk), mib * 2 ** 20 - written)]
+            f.write(part)
+            written += len(part)
+        f.flush()
+        os.fsync(f.fileno())
+    seconds = time.perf_counter() - start
+    file.unlink()
+    return dict(bytes=written, seconds=seconds, MBps=written / seconds / 1e6)
+
+
+def derive(rows: list[dict], engine: Engine, disk: dict, step_ms: float) -> dict:
+    """The sustainable every-N-th-step rate for this R from the disk bandwidth and the sync loss."""
+    base = next(x for x in rows if x["mode"] == "none")["loop_ms_per_step"]
+    sync = next((x for x in rows if x["mode"] == "sync"), None)
+    disk_s = engine.step_bytes / (disk["MBps"] * 1e6)
+    writer_s = max((sync["loop_ms_per_step"] - base) / 1000, 0.0) if sync else 0.0
+    every = max(1, math.ceil(max(disk_s, writer_s) / (step_ms / 1000)))
+    return dict(R=engine.r, step_bytes=engine.step_bytes, disk_s_per_step=disk_s, writer_s_per_step=writer_s,
+                bound="disk" if disk_s >= writer_s else "writer", every=every)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    dtype = DTYPES[args.dtype]
+    if args.device == "cpu":  # the CPU "engine" only waits and argmaxes: intra-op threads would spin
+        torch.set_num_threads(1)  # against the writer thread (on 2 shared cores: a 10 ms bf16 argmax)
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-recorder-"))
+    root.mkdir(parents=True, exist_ok=True)
+    out: dict = dict(device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                     label=args.device.upper(), drafts=args.drafts, vocab=args.vocab, dtype=args.dtype,
+                     step_ms=args.step_ms, max_pending=args.max_pending, dir=str(root), rows=[], sustainable=[],
+                     command=" ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]))
+    try:
+        out["disk"] = disk_bandwidth(root, args.disk_mib)
+        print(f"disk {root}: {out['disk']['MBps']:.0f} MB/s (write + fsync {args.disk_mib} MiB)", file=sys.stderr)
+        for r in args.batch:
+            engine = Engine(args.device, r, args.drafts, args.vocab, dtype, args.step_ms)
+            rows = []
+            for mode in args.modes:
+                if mode == "async-every":
+                    continue
+                rows.append(run_mode(engine, mode, root, args))
+                print(f"R={r} {mode}: {rows[-1]['loop_ms_per_step']:.2f} ms/step", file=sys.stderr)
+            if not any(x["mode"] == "none" for x in rows):
+                rows.insert(0, run_mode(engine, "none", root, args))
+            rate = derive(rows, engine, out["disk"], args.step_ms)
+            if "async-every" in args.modes:
+                rows.append(run_mode(engine, "async-every", root, args, every=rate["every"]))
+            base = next(x for x in rows if x["mode"] == "none")["loop_ms_per_step"]
+            for x in rows:
+                lost_ms = (x["loop_ms_per_step"] - base) * x["steps"]
+                x["loss_ms_per_recorded_step"] = lost_ms / x["recorded"] if x["recorded"] else None
+                x["loss_fraction_of_step"] = (x["loss_ms_per_recorded_step"] / args.step_ms
+                                              if x["recorded"] else None)
+                x["step_bytes"] = engine.step_bytes
+            out["rows"] += rows
+            out["sustainable"].append(rate)
+            del engine
+    except KeyboardInterrupt:
+        print("bench_recorder: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    print_table(out)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+def print_table(out: dict) -> None:
+    print(f"[{out['label']}] {out['device']}  k={out['drafts']} V={out['vocab']} {out['dtype']}  "
+          f"step {out['step_ms']:g} ms  max_pending {out['max_pending']}  "
+          f"disk {out['disk']['MBps']:.0f} MB/s")
+    print(f"{'R':>5} {'mode':<12} {'every':>5} {'MB/step':>8} {'ms/step':>8} {'recorded':>8} {'dropped':>7} "
+          f"{'lost ms/rec':>11} {'of step':>8}")
+    for x in out["rows"]:
+        lost, frac = x["loss_ms_per_recorded_step"], x["loss_fraction_of_step"]
+        print(f"{x['R']:>5} {x['mode']:<12} {x['every']:>5} {x['step_bytes'] / 1e6:>8.1f} "
+              f"{x['loop_ms_per_step']:>8.2f} {x['recorded']:>8} {x['dropped']:>7} "
+              f"{'-' if lost is None else format(lost, '.2f'):>11} {'-' if frac is None else format(frac, '.1%'):>8}")
+    for s in out["sustainable"]:
+        print(f"R={s['R']}: sustainable: record 1 step in {s['every']} ({s['bound']}-bound: disk "
+              f"{1000 * s['disk_s_per_step']:.1f} ms, writer {1000 * s['writer_s_per_step']:.1f} ms per step)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""A long-lived fuzz worker: builds cases (tools/fuzz/cases.py), runs `replay` commands on them in this
+process (``replay_harness.cli.main`` with sys.argv set, SystemExit caught, stdout/stderr captured) or, for
+a few cases, as real subprocesses (exit codes, Ctrl-C), and checks each outcome:
+
+* exit code in {0, 1, 2, 4} (130 after a SIGINT), no traceback, at most one error line, no stray stderr;
+* the input tree unchanged (tools/fuzz/tree.py snapshot before and after every command);
+* peak RSS: the increase over the RSS before the command (VmHWM, reset through /proc/self/clear_refs)
+  within :func:`rss_bound_kb`.
+
+Hangs are the parent's to detect (tools/fuzz_recordings.py kills a worker that does not answer in time).
+Run as root, the worker drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH first, so chmod 000 means
+"permission denied" to it as to anyone else; ``permission_checks`` in its ready message says whether that
+holds.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from tools.fuzz import cases, tree
+
+ALLOWED_EXIT = {0, 1, 2, 4}
+ERROR_LINE = re.compile(r"^replay: (error|usage error|internal error):")
+OK_STDERR = re.compile(r"^replay[: ]")  # errors, warnings, info and progress lines all start so
+SELFTEST = ("selftest-modify", "selftest-raise", "selftest-hang", "selftest-memory", "selftest-exit3")
+
+
+def rss_bound_kb(limits: dict[str, int] | None = None) -> int:
+    """The most a command's peak RSS may rise over its starting RSS, in KiB, under the fuzz ``limits``
+    (default cases.FUZZ_LIMITS): 6 step files' worth (the mapped file, its float32 copy, the oracle's
+    softmax / sort / cumsum temporaries), 4 manifests' worth, and 192 MiB for torch's and typer's lazily
+    built state."""
+    limits = limits or cases.FUZZ_LIMITS
+    return (6 * limits["REPLAY_MAX_STEP_BYTES"] + 4 * limits["REPLAY_MAX_MANIFEST_BYTES"] + 192 * cases.MiB) // 1024
+
+
+# ----------------------------------------------------------------------------- process state
+def drop_file_capabilities() -> bool:
+    """As root: drop CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH (effective, permitted, bounding set, so
+    children lose them too). Returns whether a chmod 000 file is now unreadable to this process."""
+    if os.geteuid() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in (1, 2):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        class Data(ctypes.Structure):
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                        ("inheritable", ctypes.c_uint32)]
+
+        header, data = Header(0x20080522, 0), (Data * 2)()
+        if libc.capget(ctypes.byref(header), data) == 0:
+            for name in ("effective", "permitted", "inheritable"):
+                setattr(data[0], name, getattr(data[0], name) & ~0b110)
+            libc.capset(ctypes.byref(header), data)
+    with tempfile.NamedTemporaryFile() as probe:
+        os.chmod(probe.name, 0)
+        try:
+            open(probe.name, "rb").close()
+            return False
+        except PermissionError:
+            return True
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pass
+
+
+def _set_limits(limits: dict[str, int | None]) -> None:
+    for name, value in limits.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+
+
+# ----------------------------------------------------------------------------- commands
+def command_argv(command: str, paths: list[str], rng: random.Random) -> list[str]:
+    """The `replay` arguments of ``command`` on ``paths``, options drawn from ``rng``."""
+    json_opt = ["--json"] if rng.random() < 0.5 else []
+    if command == "validate":
+        return ["validate", *paths, *json_opt, *rng.choice([[], [], ["--nan", "warn"], ["--neg-inf-rows", "error"]])]
+    if command == "inspect":
+        return ["inspect", *paths, *json_opt]
+    if command == "run":
+        return ["run", *paths, "--impl", "reference", "--against", "recorded", "--device", "cpu", "--quiet",
+                *json_opt]
+    if command == "audit":
+        return ["audit", *paths, "--quiet", *json_opt]
+    if command == "bench":
+        return ["bench", *paths, "--impl", "reference", "--device", "cpu", "--repeats", "1", "--warmup", "0",
+                *json_opt]
+    return [command, *paths]  # selftest-*
+
+
+def _selftest(command: str, paths: list[str]) -> None:
+    """Deliberately broken commands, to prove the driver catches each failure kind."""
+    root = Path(paths[0]).parent
+    if command == "selftest-modify":
+        (root / "fuzz-modified").write_text("x")
+    elif command == "selftest-raise":
+        raise RuntimeError("selftest")
+    elif command == "selftest-hang":
+        time.sleep(3600)
+    elif command == "selftest-memory":
+        block = bytearray(rss_bound_kb() * 1024 + 64 * cases.MiB)
+        block[::4096] = b"x" * len(block[::4096])
+    elif command == "selftest-exit3":
+        print("replay: internal error: RuntimeError: selftest", file=sys.stderr)
+        sys.exit(3)
+
+
+def run_inprocess(argv: list[str]) -> dict:
+    """`replay ARGV` in this process: exit code, captured output, wall time, RSS before and peak (KiB)."""
+    from replay_harness import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.argv
+    sys.argv = ["replay", *argv]
+    raised = ""
+    _reset_peak()
+    rss0, t0 = _status_kb("VmRSS"), time.monotonic()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                if argv[0] in SELFTEST:
+                    _selftest(argv[0], argv[1:])
+                else:
+                    cli.main()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # what cli.main let escape: a traceback a user would see
+        code, raised = -1, traceback.format_exc()
+    finally:
+        sys.argv = saved
+    return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue() + raised,
+            "wall_s": time.monotonic() - t0, "rss_before_kb": rss0, "rss_peak_kb": _status_kb("VmHWM")}
+
+
+def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None) -> dict:
+    """`python -m replay_harness.cli ARGV` as a child: exit code, output, wall time, its peak RSS (wait4);
+    ``sigint_after``: send SIGINT that many seconds in (Ctrl-C). code None: killed at ``timeout``."""
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "replay_harness.cli", *argv], stdout=fo, stderr=fe,
+                                stdin=subprocess.DEVNULL)
+        code, rusage, sent = None, None, False
+        while True:
+            pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+            elapsed = time.monotonic() - t0
+            if pid:
+                code = os.waitstatus_to_exitcode(status)
+                break
+            if sigint_after is not None and not sent and elapsed >= sigint_after:
+                os.kill(proc.pid, signal.SIGINT)
+                sent = True
+            if elapsed > timeout:
+                os.kill(proc.pid, signal.SIGKILL)
+                _, _, rusage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.02)
+        proc.returncode = code if code is not None else -9
+        fo.seek(0), fe.seek(0)
+        return {"code": code, "stdout": fo.read().decode(errors="replace"), "stderr": fe.read().decode(errors="replace"),
+                "wall_s": time.monotonic() - t0, "rss_before_kb": 0, "rss_peak_kb": rusage.ru_maxrss,
+                "sigint": sent}
+
+
+def problems(res: dict, bound_kb: int, baseline_kb: int) -> list[str]:
+    """What is wrong with one command's outcome (empty: nothing)."""
+    found = []
+    text = res["stderr"] + res["stdout"]
+    if res.get("sigint") and (res["code"] == -2 or (text.rstrip().endswith("KeyboardInterrupt")
+                                                     and ", in main" not in text)):
+        return ["startup-interrupt"]  # Ctrl-C before replay's handler exists (interpreter start, imports)
+    if res["code"] is None:
+        found.append("hang")
+    elif "Traceback (most recent call last)" in text or res["code"] == -1:
+        found.append("traceback")
+    elif "internal error" in res["stderr"]:
+        found.append("internal-error")
+    allowed = ALLOWED_EXIT | ({130} if res.get("sigint") else set())
+    if res["code"] is not None and res["code"] not in allowed and res["code"] != -1:
+        found.append(f"exit-{res['code']}")
+    lines = [ln for ln in res["stderr"].splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ERROR_LINE.match(ln)]
+    if len(errors) > 1 or (res["code"] == 2 and not errors and not res["stdout"].strip()):  # validate: stdout
+        found.append("error-not-one-line")
+    if any(not OK_STDERR.match(ln) for ln in lines) and "traceback" not in found:
+        found.append("stray-stderr")
+    grown = res["rss_peak_kb"] - (res["rss_before_kb"] or baseline_kb)
+    if grown > bound_kb:
+        found.append("rss")
+    return found
+
+
+# ----------------------------------------------------------------------------- the loop
+def warm_up() -> int:
+    """Run every command once on a committed fixture (imports, lazily built state); the RSS after (KiB)."""
+    fixture = str(cases.REPO / "fixtures" / "synthetic-plain")
+    for command in ("validate", "inspect", "run", "audit", "bench"):
+        run_inprocess(command_argv(command, [fixture], random.Random(0)))
+    return _status_kb("VmRSS")
+
+
+def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] | None = None) -> None:
+    """Answer the parent's ("case", index, plan) messages until ("stop",). ``plan``: [(command, mode)],
+    mode "inproc", "subprocess" or "sigint". ``limits``: fuzz limits other than cases.FUZZ_LIMITS."""
+    import torch
+
+    cases.FUZZ_LIMITS.update(limits or {})
+
+    torch.set_num_threads(1)
+    _install_cli()
+    permission_checks = drop_file_capabilities()
+    baseline = warm_up()
+    conn.send(("ready", {"pid": os.getpid(), "permission_checks": permission_checks, "baseline_rss_kb": baseline,
+                         "euid": os.geteuid()}))
+    bound = rss_bound_kb()
+    while True:
+        msg = conn.recv()
+        if msg[0] == "stop":
+            return
+        _, index, plan = msg
+        root = Path(workdir) / f"case-{index}"
+        tree.remove(root)
+        try:
+            case = cases.build_case(root, seed, index)
+        except Exception:  # a bug of the fuzzer, not of replay: reported as "build-error"
+            conn.send(("build-failed", traceback.format_exc()[-1500:]))
+            tree.remove(root)
+            continue
+        _set_limits(case.limits)
+        conn.send(("built", {"kind": case.kind, "notes": case.notes, "paths": case.paths}))
+        before = tree.snapshot(root)
+        for command, mode in plan:
+            argv = command_argv(command, case.paths, random.Random(f"argv/{seed}/{index}/{command}"))
+            if mode == "inproc":
+                res = run_inprocess(argv)
+            else:
+                sigint = random.Random(f"sigint/{seed}/{index}").uniform(0.3, 3.0) if mode == "sigint" else None
+                res = run_subprocess(argv, timeout, sigint)
+            after = tree.snapshot(root)
+            changed = tree.differences(before, after)
+            found = problems(res, bound, baseline) + (["modified"] if changed else [])
+            before = after
+            conn.send(("result", {"command": command, "mode": mode, "argv": argv, "code": res["code"],
+                                  "wall_s": res["wall_s"], "rss_peak_kb": res["rss_peak_kb"],
+                                  "rss_grown_kb": res["rss_peak_kb"] - (res["rss_before_kb"] or baseline),
+                                  "problems": found, "changed": changed,
+                                  "stderr_tail": res["stderr"][-600:] if found else res["stderr"][-200:]}))
+        tree.remove(root)
+        conn.send(("done", index))
+
+
+def _install_cli() -> None:
+    """In-process runs share one interpreter: cli.main's Ctrl-C watcher (a socket pair and a thread per
+    call) is for a process, and is exercised by the subprocess cases instead."""
+    from replay_harness import cli
+
+    cli._watch_interrupts = lambda: None
