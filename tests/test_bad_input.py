@@ -83,6 +83,16 @@ def test_nan_can_be_a_warning(rec):
     assert code == 0 and "warning:" in out and "NaN" in out
 
 
+def test_verify_takes_nan_like_run(rec):
+    """verify reads logits like run: a NaN is an input error naming the field unless --nan warn."""
+    corrupt(rec, set_item("logits", 5, float("nan")))
+    code, _, err = cli("verify", str(rec), "--steps", "1", "--trials", "2", "--device", "cpu", "--quiet")
+    assert code == 2 and "logits" in err and "NaN" in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = cli("verify", str(rec), "--steps", "1", "--trials", "2", "--device", "cpu", "--quiet",
+                       "--nan", "warn")
+    assert code in (0, 1, 4) and "internal error" not in err, (code, err)
+
+
 def test_missing_path(tmp_path):
     code, _, err = cli("run", str(tmp_path / "nope"))
     assert code == 2 and "no such file" in err and len(err.strip().splitlines()) == 1

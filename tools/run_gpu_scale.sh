@@ -14,7 +14,8 @@
 # Environment (defaults in brackets): SCALE_DEVICE [cuda], SCALE_NPROC [2], SCALE_R [256], SCALE_K [4],
 # SCALE_V [248320], SCALE_STEPS [8], SCALE_RECS [2], SCALE_IMPL [stochastic], VERIFY_STEPS [0-1],
 # VERIFY_TRIALS [40], BENCH_REPEATS [10], CMD_TIMEOUT [170 s per command], SCALE_DIR [/tmp/scale],
-# SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda]. CPU check of the script's logic (gloo, tiny sizes, a few minutes):
+# SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda].
+# CPU check of the script's logic (gloo, tiny sizes, a few minutes):
 #   SCALE_DEVICE=cpu SCALE_R=2 SCALE_K=2 SCALE_V=4096 SCALE_STEPS=2 SCALE_IMPL=reference VERIFY_TRIALS=8 \
 #   BENCH_REPEATS=1 SKIP_RECORDER=1 OUT=/tmp/scale_out bash tools/run_gpu_scale.sh
 set -uo pipefail

@@ -22,7 +22,9 @@ def synth(
 
     Rows are tiled; each row keeps its 64 largest logits and their probabilities, the rest is extended by
     resampling the row's own values (tail mass kept). The output is labelled derived/synthetic; emitted
-    tokens are empty (compare impls with each other). Example:
+    tokens are empty (compare impls with each other). It runs on the CPU on purpose (no --device): the
+    resampling uses torch's CPU generator, so the same options give the same bytes on every machine.
+    Example:
     replay synth fixtures/real-founding --out /tmp/v248k --batch 64 --drafts 4 --vocab 248320
     """
     from replay_harness.recording.derive import write_derived

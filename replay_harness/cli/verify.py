@@ -10,8 +10,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, QuietOpt, check_json_file, device_opt,
-                                       impl_arg_opt, impl_opt, out, print_json, progress, set_impl_timeout,
+from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, NanOpt, QuietOpt, check_json_file,
+                                       device_opt, impl_arg_opt, impl_opt, out, print_json, progress, set_impl_timeout,
                                        small_cpu_threads, warn_recording)
 from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
 
@@ -48,6 +48,7 @@ def verify(
     impl_arg: ImplArgOpt = None,
     impl_timeout: ImplTimeoutOpt = None,
     device: DeviceOpt = "auto",
+    nan: NanOpt = "error",
     as_json: JsonOpt = False,
     json_file: JsonFileOpt = None,
     quiet: QuietOpt = False,
@@ -81,7 +82,7 @@ def verify(
     if paths:
         paths = find_recordings(paths)
         for p in paths:
-            rec = Recording(p)
+            rec = Recording(p, nan=nan)
             try:
                 chosen = parse_steps(steps, len(rec))
             except ValueError as e:

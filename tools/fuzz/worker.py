@@ -237,7 +237,6 @@ def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] 
     cases.FUZZ_LIMITS.update(limits or {})
 
     torch.set_num_threads(1)
-    _install_cli()
     permission_checks = drop_file_capabilities()
     baseline = warm_up()
     conn.send(("ready", {"pid": os.getpid(), "permission_checks": permission_checks, "baseline_rss_kb": baseline,
@@ -277,11 +276,3 @@ def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] 
                                   "stderr_tail": res["stderr"][-600:] if found else res["stderr"][-200:]}))
         tree.remove(root)
         conn.send(("done", index))
-
-
-def _install_cli() -> None:
-    """In-process runs share one interpreter: cli.main's Ctrl-C watcher (a socket pair and a thread per
-    call) is for a process, and is exercised by the subprocess cases instead."""
-    from replay_harness import cli
-
-    cli._watch_interrupts = lambda: None
