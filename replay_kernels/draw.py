@@ -70,6 +70,19 @@ def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def last_to_arrive(arrivals_ptr, r, SPLITS):
+    """Call after this program stored its partials for row ``r``: True in the last of the row's ``SPLITS``
+    programs to arrive (an ``acq_rel`` counter per row), which may then read every partial. It resets the
+    counter for the next launch."""
+    tl.debug_barrier()
+    last = tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1
+    if last:
+        tl.store(arrivals_ptr + r, 0)
+        tl.debug_barrier()
+    return last
+
+
+@triton.jit
 def _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
               HAS_DRAFT: tl.constexpr):
     """Residual scores of lanes ``offs`` after rejecting draft ``dtok[r]`` (float32, -inf = impossible)."""
@@ -137,9 +150,7 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                             best_idx = start + a
     tl.store(part_max_ptr + r * SPLITS + s, best)
     tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
-    tl.debug_barrier()
-    if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
-        tl.debug_barrier()
+    if last_to_arrive(arrivals_ptr, r, SPLITS):
         count = tl.load(count_src_ptr + r)
         if mode != MODE_NONE:
             _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
@@ -147,7 +158,6 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
         for j in range(count, W):
             tl.store(tokens_ptr + r * tok_stride + j, -1)
         tl.store(counts_ptr + r, count)
-        tl.store(arrivals_ptr + r, 0)
 
 
 def splits_for(num_rows: int, vocab: int, block: int, programs: int = DRAW_PROGRAMS) -> tuple[int, int]:

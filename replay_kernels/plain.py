@@ -137,7 +137,7 @@ class PlainSampler(LaunchSampler):
                 for _ in range(EXTRA_ROUNDS):
                     self._draw(state, cs.mode, cs.cut_val, cs.cut_idx, state.round_draw)
                     launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, first=False)
-                launch_finish(cs, state.logits, state.row, p, state.seed, state.positions, state.tokens, self.block)
+                launch_finish(cs, state.logits, state.row, p, state.seed, state.positions, state.tokens)
         return state.tokens, state.counts
 
     def _draw(self, state: PlainState, mode: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,

@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .draw import MODE_NONE, MODE_TARGET
+from .draw import MODE_NONE, MODE_TARGET, last_to_arrive
 from .filters import FILTER_BLOCK, FILTER_SPAN, _clean
 from .params import load_processed
 from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gumbel
@@ -132,9 +132,7 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, t
         tl.store(pall_ptr + r * SPLITS + s, s_all)
         tl.store(plow_ptr + r * SPLITS + s, s_low)
         tl.store(pcnt_ptr + r * SPLITS + s, cnt)
-    tl.debug_barrier()
-    if tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
-        tl.debug_barrier()
+    if last_to_arrive(arrivals_ptr, r, SPLITS):
         cv = tl.load(cut_val_in + row)
         ci = tl.load(cut_idx_in + row)
         new_mode = MODE_NONE
@@ -150,7 +148,6 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, t
         tl.store(mode_out + r, new_mode)
         tl.store(cut_val_out + row, cv)
         tl.store(cut_idx_out + row, ci)
-        tl.store(arrivals_ptr + r, 0)
 
 
 @triton.jit
@@ -261,7 +258,7 @@ def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row
 
 
 def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, params, seed: torch.Tensor,
-                  positions: torch.Tensor, tokens: torch.Tensor, block: int) -> None:
+                  positions: torch.Tensor, tokens: torch.Tensor) -> None:
     """The one-program-per-row loop for rows still open (the others exit after one load)."""
     _finish_kernel[(cs.mode.numel(),)](
         logits, logits.stride(0), cs.mode, row, params.temp_div, params.cut_val, params.top_k, params.top_p,

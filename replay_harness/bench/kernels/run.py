@@ -38,7 +38,8 @@ def _record(t: Timed, inp: Inputs, top_p: float, mode: str, rnd: int, cfg: Setti
     case = f"V{inp.V} R{inp.R} k{inp.k} top_p={top_p}" + (f" top_k={cfg.top_k}" if cfg.top_k else "")
     rec = dict(case=case, impl=t.impl, family=t.family, vocab=inp.V,
                requests=inp.R, rows=inp.N, max_drafts=inp.k, top_p=top_p, mode=mode, round=rnd,
-               clock="cuda-events" if cfg.cuda else "cpu-wall", l2_policy=L2_POLICY.get(mode, mode) if cfg.cuda else "CPU",
+               clock="cuda-events" if cfg.cuda else "cpu-wall",
+               l2_policy=L2_POLICY.get(mode, mode) if cfg.cuda else "CPU",
                error=error, bytes=t.bytes, median_us=None, p20_us=None, p80_us=None, gbps=None, pct_copy_bw=None,
                floor_us=None)
     if graph_launches is not None:
