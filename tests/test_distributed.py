@@ -93,6 +93,26 @@ def test_bad_recording_is_the_same_one_line_error_exit_2(tmp_path):
     assert re.search(r"exitcode\s*:\s*2\b", derr), derr  # torchrun's report: rank 0 exited 2
 
 
+def test_a_tampered_step_read_by_rank_1_gives_rank_0_the_one_digest_warning(tmp_path):
+    """The step digests are computed where the steps are read and gathered to rank 0 (docs/SCALE.md): a
+    logit bit-flipped in step 1 (rank 1's: assign deals the largest step, step 0, to rank 0) is warned
+    about once, as in a single-process run."""
+    from test_digest_reads import _first_finite_logit_offset
+
+    rec = tmp_path / "rec"
+    shutil.copytree(FIXTURES / "synthetic-mixed", rec)
+    step = rec / "steps" / "step-000001.safetensors"
+    data = bytearray(step.read_bytes())
+    data[_first_finite_logit_offset(step)] ^= 1
+    step.write_bytes(bytes(data))
+    args = ["run", str(rec), "--json"]
+    code, out, err, _ = _run(args)
+    dcode, dout, derr, _ = _run(args, nproc=2)
+    assert err.count("replay: warning:") == 1 and "content digest does not match" in err
+    assert derr.count("replay: warning:") == 1 and "content digest does not match" in derr
+    assert (dcode, dout) == (code, out)
+
+
 @pytest.mark.parametrize("mode", ["raise", "kill", "hang"])
 def test_a_failing_rank_ends_the_job_nonzero_without_hanging(mode):
     token = uuid.uuid4().hex

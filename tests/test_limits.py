@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from helpers import write_recording
+from helpers import main_inproc, write_recording
 from replay_harness import limits
 from replay_harness.errors import InputError, UsageError
 from replay_harness.recording.derive import check_shape, write_derived
@@ -119,6 +119,16 @@ def test_step_file_size_over_limit_sparse(rec, monkeypatch):
 def test_synth_step_size_over_limit():
     with pytest.raises(InputError, match="REPLAY_MAX_STEP_BYTES"):
         check_shape(100_000_000, 0, 262_144, 1)
+
+
+def test_synth_vocab_below_the_kept_head_is_refused_before_writing(tmp_path):
+    """Trimming a V = 1000 source to V = 40 cannot keep each row's top-64 logits: exit 2, nothing written
+    (it was an internal error, exit 3)."""
+    out = tmp_path / "small"
+    code, _, err = main_inproc("synth", "fixtures/synthetic-mixed", "--out", str(out), "--vocab", "40", "--batch", "2",
+                               "--steps", "1")
+    assert code == 2 and "--vocab 40" in err and "at least 64" in err
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------- only regular files

@@ -183,3 +183,37 @@ def test_greedy_only_reproduces_the_bug_and_guarded_refuses():
     fix = GuardedSampler().sample(step)
     assert fix.route_names() == ["refused", "greedy-verify"] and fix.counts.tolist() == [0, 2]
     assert "refused requests 0" in fix.notes[0]
+
+
+@pytest.mark.parametrize("kind", ["peaked", "flat", "huge", "ties", "inf", "all-neg-inf", "nan", "near-bound"])
+def test_pruned_gumbel_draw_equals_the_full_argmax(kind):
+    """gumbel_draw gives noise only to tokens that can still win; it must pick exactly the token of the full
+    argmax(x + noise) (first on ties, NaN as -inf). A bound off by one noise unit, or a strict/non-strict slip,
+    changes the token on the rows built to sit at the bound."""
+    from replay_harness.oracle.rng import gumbel_row
+    from replay_harness.oracle.walk import NOISE_HIGH, argmax_first, gumbel_draw
+
+    v = 5003
+    gen = torch.Generator().manual_seed(7)
+    for trial in range(40):
+        x = torch.randn(v, generator=gen)
+        if kind == "peaked":
+            x = x * 3 - 30
+            x[torch.randint(0, v, (5,), generator=gen)] = 0.0
+        elif kind == "huge":
+            x = x * 1e30
+        elif kind == "ties":
+            x = torch.round(x)
+        elif kind == "inf":
+            x[[17, 4000]] = float("inf")
+        elif kind == "all-neg-inf":
+            x[:] = float("-inf")
+        elif kind == "nan":
+            x[::3] = float("nan")
+        elif kind == "near-bound":  # tokens from well inside to just outside the candidate margin
+            x = torch.full((v,), -1e4)
+            x[100] = 0.0
+            x[:50] = -torch.linspace(0.0, NOISE_HIGH + 3.0, 50)
+        seed, pos = 1000 + trial, 3 * trial
+        full = argmax_first(x + gumbel_row(seed, pos, v))
+        assert gumbel_draw(x, seed, pos) == full, (kind, trial)

@@ -16,7 +16,8 @@
 
 Prints one JSON document (and writes it to --json-out). Helpers for scripts (tools/run_gpu_scale.sh):
 ``exec -- CMD ...`` (run CMD: {"rc", "wall_s", "max_rss_mib"} on stderr's last line, CMD's output
-passed through) and ``drop-cache PATH ...``.
+passed through), ``drop-cache PATH ...`` and ``disk-read READERS PATH ...`` (the read bandwidth of the files
+under PATH with READERS parallel readers, cold: one JSON line).
 """
 from __future__ import annotations
 
@@ -50,23 +51,30 @@ def drop_cache(paths: list[Path]) -> None:
                 os.close(fd)
 
 
-def disk_read(files: list[Path]) -> dict:
-    """Sequential read bandwidth of ``files`` from the disk (page cache dropped first)."""
-    drop_cache(files)
-    buf = bytearray(BLOCK)
-    view = memoryview(buf)
-    total = 0
-    start = time.perf_counter()
+def _read_all(files: list[Path]) -> int:
+    """Read ``files`` sequentially in BLOCK-sized reads; the bytes read."""
+    view, total = memoryview(bytearray(BLOCK)), 0
     for f in files:
         with open(f, "rb", buffering=0) as fh:
-            while True:
-                n = fh.readinto(view)
-                if not n:
-                    break
+            while n := fh.readinto(view):
                 total += n
+    return total
+
+
+def disk_read(files: list[Path], readers: int = 1) -> dict:
+    """Read bandwidth of ``files`` from the disk (page cache dropped first and after), with ``readers``
+    threads each reading every readers-th file (file reads release the GIL): 2 readers is what 2 ranks
+    replaying from the same disk see."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    drop_cache(files)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(readers) as pool:
+        total = sum(pool.map(_read_all, [files[i::readers] for i in range(readers)]))
     seconds = time.perf_counter() - start
     drop_cache(files)
-    return {"bytes": total, "seconds": round(seconds, 3), "gb_per_s": round(total / seconds / 1e9, 3)}
+    return {"bytes": total, "readers": readers, "seconds": round(seconds, 3),
+            "gb_per_s": round(total / seconds / 1e9, 3)}
 
 
 def exec_measured(cmd: list[str]) -> dict:
@@ -162,6 +170,11 @@ def main() -> None:
         sys.exit(result["rc"])
     if len(sys.argv) > 1 and sys.argv[1] == "drop-cache":
         drop_cache([Path(p) for p in sys.argv[2:]])
+        return
+    if len(sys.argv) > 2 and sys.argv[1] == "disk-read":
+        files = sorted(f for p in sys.argv[3:] for f in ([Path(p)] if Path(p).is_file() else Path(p).rglob("*"))
+                       if f.is_file())
+        print(json.dumps(disk_read(files, int(sys.argv[2]))))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--folder", required=True, help="where the recording is made (or kept, --reuse)")

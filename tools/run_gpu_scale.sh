@@ -3,29 +3,34 @@
 #   run(command="bash tools/run_gpu_scale.sh", kind="nvidia-h200-x2", timeout_s=600)
 # 1. derives a corpus of production-shape recordings with `replay synth` from fixtures/real-draft-model
 #    (R = 256, k = 4, V = 248,320, bf16 as the source; one recording of SCALE_STEPS steps, copied to
-#    SCALE_RECS recordings: ~636 MB a step);
-# 2. runs `replay run`, `replay verify` and `replay bench` (impl stochastic) on 1 GPU (no launcher) and on
+#    SCALE_RECS recordings: ~636 MB a step), and measures the disk's cold read bandwidth on it with 1 and N readers;
+# 2. times the fixed start-up: `replay run` on a one-step fixture with 1 process and under torchrun with N;
+# 3. runs `replay run`, `replay verify` and `replay bench` (impl stochastic) on 1 GPU (no launcher) and on
 #    SCALE_NPROC GPUs (`torchrun --standalone --nproc-per-node N -m replay_harness.cli ...`), each after
 #    dropping the corpus from the page cache, timing its wall time and peak RSS (largest process);
-# 3. checks the N-GPU JSON equals the 1-GPU JSON (run, verify: the whole document; bench: the steps
+# 4. checks the N-GPU JSON equals the 1-GPU JSON (run, verify: the whole document; bench: the steps
 #    measured, coverage and verdict; timings differ by nature);
-# 4. runs tools/bench_recorder.py when it exists (the async Recorder's cost);
-# 5. writes $OUT/scale.md (a markdown table) and $OUT/scale.json; every command's output under $OUT/.
+# 5. runs tools/bench_recorder.py when it exists (the async Recorder's cost);
+# 6. writes $OUT/scale.md (a markdown table: wall time, speedup, and the speedup of the work = wall time minus
+#    the start-up of the same number of processes) and $OUT/scale.json; every command's output under $OUT/.
 # Environment (defaults in brackets): SCALE_DEVICE [cuda], SCALE_NPROC [2], SCALE_R [256], SCALE_K [4],
-# SCALE_V [248320], SCALE_STEPS [8], SCALE_RECS [2], SCALE_IMPL [stochastic], VERIFY_STEPS [0-1],
-# VERIFY_TRIALS [40], BENCH_REPEATS [10], CMD_TIMEOUT [170 s per command], SCALE_DIR [/tmp/scale],
-# SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda].
+# SCALE_V [248320], SCALE_STEPS [4], SCALE_RECS [8], SCALE_IMPL [stochastic], VERIFY_STEPS [0],
+# VERIFY_TRIALS [20], BENCH_REPEATS [5], CMD_TIMEOUT [170 s per command], SCALE_DIR [/tmp/scale],
+# SCALE_CORPUS (an existing folder of recordings to use instead: no synth, not deleted), SCALE_COMMANDS
+# [run verify bench], SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda].
 # CPU check of the script's logic (gloo, tiny sizes, a few minutes):
 #   SCALE_DEVICE=cpu SCALE_R=2 SCALE_K=2 SCALE_V=4096 SCALE_STEPS=2 SCALE_IMPL=reference VERIFY_TRIALS=8 \
 #   BENCH_REPEATS=1 SKIP_RECORDER=1 OUT=/tmp/scale_out bash tools/run_gpu_scale.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/scale_out}"; mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 REPLAY_DIST_TIMEOUT="${REPLAY_DIST_TIMEOUT:-600}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 REPLAY_DIST_TIMEOUT="${REPLAY_DIST_TIMEOUT:-600}" \
+  REPLAY_DIST_TIMING=1  # each rank: where its time went (stderr, $OUT/NAME.err)
 DEV="${SCALE_DEVICE:-cuda}"; NPROC="${SCALE_NPROC:-2}"; IMPL="${SCALE_IMPL:-stochastic}"
-R="${SCALE_R:-256}"; K="${SCALE_K:-4}"; V="${SCALE_V:-248320}"; STEPS="${SCALE_STEPS:-8}"; RECS="${SCALE_RECS:-2}"
-VSTEPS="${VERIFY_STEPS:-0-1}"; TRIALS="${VERIFY_TRIALS:-40}"; REPEATS="${BENCH_REPEATS:-10}"
-LIMIT="${CMD_TIMEOUT:-170}"; DIR="${SCALE_DIR:-/tmp/scale}"; C="$DIR/corpus"
+R="${SCALE_R:-256}"; K="${SCALE_K:-4}"; V="${SCALE_V:-248320}"; STEPS="${SCALE_STEPS:-4}"; RECS="${SCALE_RECS:-8}"
+VSTEPS="${VERIFY_STEPS:-0}"; TRIALS="${VERIFY_TRIALS:-20}"; REPEATS="${BENCH_REPEATS:-5}"
+LIMIT="${CMD_TIMEOUT:-170}"; DIR="${SCALE_DIR:-/tmp/scale}"; C="${SCALE_CORPUS:-$DIR/corpus}"
+COMMANDS="${SCALE_COMMANDS:-run verify bench}"
 # The same CPU threads per process for 1 and N processes (torchrun would set 1 per rank, a single process
 # would take every core: an unfair comparison of the CPU-side work).
 if [ "$DEV" = cpu ]; then export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"; else export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"; fi
@@ -43,7 +48,7 @@ measured() {
   line=$(grep '^{"rc"' "$OUT/$name.err" | tail -1)
   [ -n "$line" ] || line="{\"rc\": $rc, \"wall_s\": null, \"max_rss_mib\": null}"
   printf '%s\t%s\t%s\n' "$name" "$gpus" "$line" >> "$RESULTS"
-  echo "   -> $line"; grep -v '^{"rc"' "$OUT/$name.err" | tail -3
+  echo "   -> $line"; grep -v '^{"rc"\|timing:' "$OUT/$name.err" | tail -3; grep 'timing:' "$OUT/$name.err"
 }
 replay1() { python3 -m replay_harness.cli "$@"; }
 {
@@ -51,12 +56,19 @@ replay1() { python3 -m replay_harness.cli "$@"; }
   nvidia-smi --query-gpu=index,name,memory.used,utilization.gpu --format=csv 2>/dev/null || true
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
   df -h "$(dirname "$DIR")" | tail -1; free -g | head -2
-  rm -rf "$DIR"; mkdir -p "$C"
-  t0=$(date +%s)
-  replay1 synth fixtures/real-draft-model --out "$C/rec-0" --batch "$R" --drafts "$K" --vocab "$V" --steps "$STEPS" \
-    --seed 0 --overwrite > "$OUT/synth.txt" || { echo "FATAL: replay synth failed"; exit 3; }
-  for i in $(seq 1 $((RECS - 1))); do cp -r "$C/rec-0" "$C/rec-$i"; done
-  echo "== corpus: $(du -sh "$C" | cut -f1) in $(( $(date +%s) - t0 )) s"
+  if [ -z "${SCALE_CORPUS:-}" ]; then
+    rm -rf "$DIR"; mkdir -p "$C"
+    t0=$(date +%s)
+    replay1 synth fixtures/real-draft-model --out "$C/rec-0" --batch "$R" --drafts "$K" --vocab "$V" --steps "$STEPS" \
+      --seed 0 --overwrite > "$OUT/synth.txt" || { echo "FATAL: replay synth failed"; exit 3; }
+    for i in $(seq 1 $((RECS - 1))); do cp -r "$C/rec-0" "$C/rec-$i"; done
+    echo "== corpus: $(du -sh "$C" | cut -f1) in $(( $(date +%s) - t0 )) s"
+  else
+    echo "== corpus (given): $C, $(du -sh "$C" | cut -f1)"; mkdir -p "$DIR"
+  fi
+  for n in 1 "$NPROC"; do  # what N ranks replaying from this disk can read at most
+    $MEASURE disk-read "$n" "$C" | tee "$OUT/disk-read-$n.json"
+  done
   TR=(python3 -m torch.distributed.run --standalone --nproc-per-node "$NPROC" -m replay_harness.cli)
   ONE=(python3 -m replay_harness.cli)
   RUN=(run "$C" --impl "$IMPL" --device "$DEV" --json --quiet)
@@ -70,12 +82,14 @@ replay1() { python3 -m replay_harness.cli "$@"; }
         "$OUT/$what.prof" > "$OUT/profile-$what.txt" 2>&1; rm -f "$OUT/$what.prof"
     done
   fi
-  measured run-1 1 "${ONE[@]}" "${RUN[@]}"
-  measured run-$NPROC "$NPROC" "${TR[@]}" "${RUN[@]}"
-  measured verify-1 1 "${ONE[@]}" "${VERIFY[@]}"
-  measured verify-$NPROC "$NPROC" "${TR[@]}" "${VERIFY[@]}"
-  measured bench-1 1 "${ONE[@]}" "${BENCH[@]}"
-  measured bench-$NPROC "$NPROC" "${TR[@]}" "${BENCH[@]}"
+  TINY=(run fixtures/synthetic-founding --impl "$IMPL" --device "$DEV" --json --quiet)
+  measured startup-1 1 "${ONE[@]}" "${TINY[@]}"  # start-up alone: interpreter, torch, CUDA, kernels, (NCCL)
+  measured startup-$NPROC "$NPROC" "${TR[@]}" "${TINY[@]}"
+  for what in $COMMANDS; do
+    declare -n cmd="${what^^}"
+    measured "$what-1" 1 "${ONE[@]}" "${cmd[@]}"
+    measured "$what-$NPROC" "$NPROC" "${TR[@]}" "${cmd[@]}"
+  done
   if [ -f tools/bench_recorder.py ] && [ -z "${SKIP_RECORDER:-}" ]; then
     echo "== $(date -u +%T) tools/bench_recorder.py"
     timeout 200 python3 tools/bench_recorder.py --dir "$DIR" --out "$OUT/recorder.json" > "$OUT/recorder.txt" 2>&1
@@ -104,8 +118,21 @@ def bench_view(doc):
 
 summary = {"device": dev, "processes": int(nproc), "shape": {"R": int(R), "k": int(K), "V": int(V)},
            "corpus": {"recordings": int(recs), "steps_each": int(steps), "bytes": int(nbytes)}, "commands": {}}
-lines = [f"| command | GPUs | wall s | speedup | peak RSS MiB (largest process) | exit | same JSON as 1 GPU |",
-         "|---|---|---|---|---|---|---|"]
+lines = [f"| command | GPUs | wall s | speedup | work s (wall - start-up) | work speedup | peak RSS MiB (largest "
+         "process) | exit | same JSON as 1 GPU |", "|---|---|---|---|---|---|---|---|---|"]
+startup = {1: (rows.get("startup-1") or {}).get("wall_s"), int(nproc): (rows.get(f"startup-{nproc}") or {}).get("wall_s")}
+summary["startup_s"] = {str(k): v for k, v in startup.items()}
+for n in (1, int(nproc)):
+    try:
+        summary[f"disk_read_{n}"] = json.loads((out / f"disk-read-{n}.json").read_text())
+    except (OSError, ValueError):
+        pass
+
+
+def work_s(r):
+    """Wall time minus the start-up of a run with the same number of processes."""
+    s0 = startup.get(r["gpus"]) if r else None
+    return round(r["wall_s"] - s0, 2) if r and r.get("wall_s") and s0 else None
 for cmd in ("run", "verify", "bench"):
     one, many = rows.get(f"{cmd}-1"), rows.get(f"{cmd}-{nproc}")
     d1, dn = load(f"{cmd}-1"), load(f"{cmd}-{nproc}")
@@ -118,7 +145,10 @@ for cmd in ("run", "verify", "bench"):
     speedup = None
     if one and many and one.get("wall_s") and many.get("wall_s"):
         speedup = round(one["wall_s"] / many["wall_s"], 2)
-    summary["commands"][cmd] = {"one": one, "many": many, "speedup": speedup, "same_json": same}
+    w1, wn = work_s(one), work_s(many)
+    work_speedup = round(w1 / wn, 2) if w1 and wn and wn > 0 else None
+    summary["commands"][cmd] = {"one": one, "many": many, "speedup": speedup, "work_s": [w1, wn],
+                                "work_speedup": work_speedup, "same_json": same}
     if cmd == "bench" and d1 and dn:
         def med(doc):
             return sorted(m["median_us"] for m in doc["measurements"] if m.get("median_us") is not None)
@@ -126,6 +156,7 @@ for cmd in ("run", "verify", "bench"):
     for r in (one, many):
         if r:
             lines.append(f"| {cmd} | {r['gpus']} | {r.get('wall_s')} | {speedup if r is many else ''} | "
+                         f"{work_s(r)} | {work_speedup if r is many else ''} | "
                          f"{r.get('max_rss_mib')} | {r.get('rc')} | {same if r is many else ''} |")
 gb = int(nbytes) / 1e9
 run1 = rows.get("run-1", {}).get("wall_s")
@@ -143,6 +174,12 @@ md = [f"# replay scale: {dev}, 1 vs {nproc} processes", "",
       f"Corpus: {recs} recordings x {steps} steps, R = {R}, k = {K}, V = {V} ({gb:.2f} GB, derived by `replay synth` "
       "from fixtures/real-draft-model). Wall times include start-up; each command started with the corpus "
       "dropped from the page cache. Bench timings are per-GPU timings (each step timed on one GPU).", "", *lines]
+md += ["", f"Start-up alone (`replay run` on a one-step fixture): {startup[1]} s with 1 process, "
+           f"{startup[int(nproc)]} s under torchrun with {nproc}."]
+for n in (1, int(nproc)):
+    if f"disk_read_{n}" in summary:
+        d = summary[f"disk_read_{n}"]
+        md += [f"Disk read, cold, {n} reader(s): {d['gb_per_s']} GB/s ({d['bytes'] / 1e9:.2f} GB in {d['seconds']} s)."]
 if "run_gb_per_s" in summary:
     g = summary["run_gb_per_s"]
     md += ["", f"`replay run` read the corpus at {g['one']} GB/s on 1 GPU, {g['many']} GB/s on {nproc} "

@@ -5,8 +5,10 @@ its rank in the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RAN
 process group (NCCL on CUDA, gloo on the CPU). The work units are the (recording, step) pairs; every
 rank computes the same assignment (:func:`assign`: longest processing time first on the step files'
 sizes), replays its own units on ``cuda:LOCAL_RANK`` (or the CPU) and sends its per-step comparisons
-(or its first error) to rank 0 with ``gather_object``. Rank 0 merges them in (recording, step) order,
-so its report, JSON and exit code are those of a single-process run; the other ranks print nothing.
+(or its first error) to rank 0 with ``gather_object``, together with the step digests it remembered
+while reading (recording/digest.py), so rank 0's digest check hashes only the steps no rank read.
+Rank 0 merges them in (recording, step) order, so its report, JSON and exit code are those of a
+single-process run; the other ranks print nothing.
 
 Other commands (`verify`, `audit`, `bench`) use :func:`map_units`: a list of units (whatever the command
 works on: (recording, step) for all of them), their sizes, and a worker opened once per rank; rank 0 gets
@@ -33,6 +35,7 @@ from replay_harness.errors import EXIT_ENVIRONMENT, EnvironmentProblem, ReplayEr
 TIMEOUT_ENV = "REPLAY_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 1800.0  # the longest rank 0 waits at the gather for the slowest rank (or at start-up)
 TEST_FAIL_ENV = "REPLAY_DIST_TEST_FAIL"  # test hook, "RANK:raise|kill|hang": make that rank fail that way
+TIMING_ENV = "REPLAY_DIST_TIMING"  # "1": each rank prints where its wall time went (docs/SCALE.md)
 
 Unit = tuple[int, int]  # (recording index, step index)
 
@@ -158,7 +161,10 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
     import torch
     import torch.distributed as dist
 
+    from replay_harness.recording import digest as registry
+
     shard = Shard(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)))
+    marks = [("start-up", time.perf_counter())]
     seconds = timeout_s()
     backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     try:
@@ -167,6 +173,7 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
         dist.init_process_group(backend, timeout=timedelta(seconds=seconds))
     except Exception as e:
         raise EnvironmentProblem(f"rank {shard.rank}: cannot join the {backend} process group: {_line(e)}") from None
+    marks.append(("join", time.perf_counter()))
     try:
         try:
             _test_hook(shard.rank)
@@ -178,21 +185,27 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
             else:
                 sent = (None, (where, f"rank {shard.rank}: internal error: {type(e).__name__}: {e}",
                                EXIT_ENVIRONMENT))
+        marks.append(("work", time.perf_counter()))
         parts: list[Any] | None = [None] * shard.world_size if shard.rank == 0 else None
-        try:
-            dist.gather_object(sent, parts, dst=0)
+        try:  # with the step digests this rank remembered: rank 0's digest check need not read those steps
+            dist.gather_object((*sent, registry.export()), parts, dst=0)
         except Exception as e:
             raise EnvironmentProblem(f"rank {shard.rank}: the other ranks did not answer within {seconds:g} s "
                                      f"(set {TIMEOUT_ENV}): {_line(e)}") from None
+        marks.append(("gather", time.perf_counter()))
     finally:
         dist.destroy_process_group()
+    if os.environ.get(TIMING_ENV) == "1":
+        _print_timing(shard.rank, marks)
     if parts is None:
         return None
-    errors = [error for _, error in parts if error is not None]
+    for _, _, known in parts:
+        registry.absorb(known)
+    errors = [error for _, error, _ in parts if error is not None]
     if errors:
         _, message, code = min(errors, key=lambda error: error[0])
         raise RankError(message, code)
-    return [value for value, _ in parts]
+    return [value for value, _, _ in parts]
 
 
 def merge_units(heads: list[Any], parts: list[tuple[Unit, Any]]) -> list[Any]:
@@ -255,6 +268,28 @@ def unit_sizes(step_files: Sequence[os.PathLike]) -> list[int]:
 
 def _line(e: Exception) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc), or None."""
+    try:
+        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        return float(open("/proc/uptime").read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _print_timing(rank: int, marks: list[tuple[str, float]]) -> None:
+    """One stderr line: the process's age when sharding began (interpreter, imports, CLI), then seconds per
+    phase (join the process group, this rank's work, the gather to rank 0)."""
+    import sys
+
+    age = _process_age_s()
+    if age is not None:
+        age -= time.perf_counter() - marks[0][1]
+    phases = ", ".join(f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:]))
+    print(f"replay: rank {rank} timing: start-up {age if age is None else round(age, 2)} s, {phases}",
+          file=sys.stderr)
 
 
 def _test_hook(rank: int) -> None:

@@ -40,6 +40,7 @@ from replay_harness.recording.step import Step
 HEAD = 64
 MAX_VOCAB = 262144
 MAX_DRAFTS = 16
+CHUNK_ROWS = 64  # output rows finished at a time in resize_rows
 METHOD = ("tile real rows; keep the top-64 logits of each row; extend/trim the rest by resampling the row's own "
           "values, shifted to keep the tail's probability mass")
 
@@ -69,57 +70,97 @@ def _pool(source: Recording, need: int) -> dict[str, torch.Tensor]:
     return {n: torch.cat(v) for n, v in parts.items()}
 
 
-def resize_rows(rows: torch.Tensor, vocab: int, gen: torch.Generator) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-    """Rows [n, V_src] (any float dtype) -> float32 [n, vocab] keeping each row's distribution shape.
+def _row_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows x [m, V_src] float32 -> (is_head [m, V_src] bool, lse_bulk [m] float32, head_min [m] float32).
 
-    Returns (rows, id_maps): id_maps is None when token ids keep their meaning (vocab >= V_src), else a
-    list of per-row sorted int64 tensors: kept source ids, so new id = position in that list.
+    is_head marks each row's ``HEAD`` largest logits (NaN counts as -inf); lse_bulk is the logsumexp of
+    the other entries (-inf when there are none / all are -inf); head_min is the smallest head logit.
     """
-    x = rows.float()
-    n, v_src = x.shape
-    head_n = min(HEAD, v_src)
-    head_idx = torch.topk(torch.nan_to_num(x, nan=float("-inf")), head_n, dim=1).indices
+    head_idx = torch.topk(torch.nan_to_num(x, nan=float("-inf")), min(HEAD, x.shape[1]), dim=1).indices
     is_head = torch.zeros_like(x, dtype=torch.bool)
     is_head.scatter_(1, head_idx, True)
-    bulk = x.masked_fill(is_head, float("-inf"))
-    lse_bulk = torch.logsumexp(bulk, dim=1)  # -inf when the bulk is empty / all -inf
+    lse_bulk = torch.logsumexp(x.masked_fill(is_head, float("-inf")), dim=1)
     head_min = x.masked_fill(~is_head, float("inf")).min(dim=1).values
-    if vocab >= v_src:
-        extra = vocab - v_src
-        out = torch.empty(n, vocab, dtype=torch.float32)
-        out[:, :v_src] = x
-        if extra:
-            # bulk values of each row, sorted ascending (head entries removed): resample positions uniformly
-            nb = v_src - head_n
-            sorted_bulk = torch.sort(x.masked_fill(is_head, float("inf")), dim=1).values[:, :max(nb, 1)]
-            if nb == 0:
-                sorted_bulk = torch.full((n, 1), float("-inf"))
-                nb = 1
-            pick = torch.randint(0, nb, (n, extra), generator=gen)
-            out[:, v_src:] = torch.gather(sorted_bulk, 1, pick)
-        new_bulk_mask = torch.ones(n, vocab, dtype=torch.bool)
-        new_bulk_mask[:, :v_src] = ~is_head
-        id_maps = None
-    else:
-        out = torch.empty(n, vocab, dtype=torch.float32)
-        new_bulk_mask = torch.ones(n, vocab, dtype=torch.bool)
-        id_maps = []
-        for j in range(n):
-            keep = is_head[j].clone()
-            non_head = torch.nonzero(~is_head[j]).flatten()[: vocab - head_n]
-            keep[non_head] = True
-            ids = torch.nonzero(keep).flatten()
-            id_maps.append(ids)
-            out[j] = x[j, ids]
-            new_bulk_mask[j] = ~is_head[j, ids]
-    new_lse = torch.logsumexp(out.masked_fill(~new_bulk_mask, float("-inf")), dim=1)
-    shift = lse_bulk - new_lse
+    return is_head, lse_bulk, head_min
+
+
+def _sorted_bulk(x: torch.Tensor, is_head: torch.Tensor) -> torch.Tensor:
+    """Each row's bulk values sorted ascending: float32 [m, nb] (nb = V_src - HEAD), or [m, 1] of -inf if nb = 0."""
+    nb = x.shape[1] - min(HEAD, x.shape[1])
+    if nb == 0:
+        return torch.full((x.shape[0], 1), float("-inf"))
+    return torch.sort(x.masked_fill(is_head, float("inf")), dim=1).values[:, :nb]
+
+
+def _trim(x: torch.Tensor, is_head: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Keep each row's head plus its lowest-id bulk tokens, ``vocab`` in all (ids renumbered in order).
+
+    Returns (kept logits [m, vocab] float32, kept head mask [m, vocab] bool, per-row kept source ids int64).
+    """
+    head_n = min(HEAD, x.shape[1])
+    kept = torch.empty(x.shape[0], vocab, dtype=torch.float32)
+    head_mask = torch.empty(x.shape[0], vocab, dtype=torch.bool)
+    id_maps = []
+    for j in range(x.shape[0]):
+        keep = is_head[j].clone()
+        keep[torch.nonzero(~is_head[j]).flatten()[: vocab - head_n]] = True
+        ids = torch.nonzero(keep).flatten()
+        id_maps.append(ids)
+        kept[j] = x[j, ids]
+        head_mask[j] = is_head[j, ids]
+    return kept, head_mask, id_maps
+
+
+def _shift_bulk(out: torch.Tensor, head_pos: torch.Tensor, lse_bulk: torch.Tensor, head_min: torch.Tensor) -> None:
+    """Shift the bulk entries (all but columns head_pos, int64 [c, h]) of rows out [c, V] float32 in place by one
+    constant per row so the bulk's logsumexp is lse_bulk [c] again; the shift is capped so no bulk value passes
+    head_min [c]. Head entries keep their exact values."""
+    bulk = out.clone().scatter_(1, head_pos, float("-inf"))
+    shift = lse_bulk - torch.logsumexp(bulk, dim=1)
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
-    bulk_max = out.masked_fill(~new_bulk_mask, float("-inf")).max(dim=1).values
+    bulk_max = bulk.max(dim=1).values
+    del bulk
     cap = torch.where(torch.isfinite(bulk_max) & torch.isfinite(head_min), head_min - bulk_max,
                       torch.full_like(shift, float("inf")))
     shift = torch.minimum(shift, cap.clamp(min=0.0))
-    out = torch.where(new_bulk_mask, out + shift[:, None], out)
+    head = out.gather(1, head_pos)
+    out.add_(shift[:, None]).scatter_(1, head_pos, head)
+
+
+def resize_rows(rows: torch.Tensor, vocab: int, gen: torch.Generator,
+                index: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """Rows [m, V_src] (any float dtype) -> float32 [n, vocab] keeping each row's distribution shape.
+
+    Output row j is built from ``rows[index[j]]`` (index: int64 [n], default ``arange(m)``); the per-row work
+    (head, bulk statistics, sorted bulk, kept ids) is done once per source row, the resampled bulk values
+    (``torch.randint`` [n, vocab - V_src]) are drawn for every output row. Returns (rows, id_maps): id_maps is
+    None when token ids keep their meaning (vocab >= V_src), else a list of n sorted int64 tensors: kept
+    source ids, so new id = position in that list.
+    """
+    x = rows.float()
+    v_src = x.shape[1]
+    index = torch.arange(x.shape[0]) if index is None else index
+    n = index.numel()
+    is_head, lse_bulk, head_min = _row_stats(x)
+    pick = sorted_bulk = id_maps = None
+    if vocab >= v_src:
+        base, base_head = x, is_head
+        if vocab > v_src:
+            sorted_bulk = _sorted_bulk(x, is_head)
+            pick = torch.randint(0, sorted_bulk.shape[1], (n, vocab - v_src), generator=gen)
+    else:
+        base, base_head, kept_ids = _trim(x, is_head, vocab)
+        id_maps = [kept_ids[i] for i in index.tolist()]
+    out = torch.empty(n, vocab, dtype=torch.float32)
+    width = base.shape[1]
+    head_pos = base_head.nonzero()[:, 1].view(base.shape[0], -1)  # [m, HEAD] columns of each row's head
+    for a in range(0, n, CHUNK_ROWS):  # row chunks keep the [rows, vocab] temporaries small
+        src = index[a:a + CHUNK_ROWS]
+        chunk = out[a:a + CHUNK_ROWS]
+        chunk[:, :width] = base[src]
+        if pick is not None:
+            chunk[:, width:] = torch.gather(sorted_bulk[src], 1, pick[a:a + CHUNK_ROWS])
+        _shift_bulk(chunk, head_pos[src], lse_bulk[src], head_min[src])
     return out, id_maps
 
 
@@ -131,6 +172,7 @@ def derive_steps(source: Recording, *, batch: int, drafts: int, vocab: int, step
     row had no recorded draft}. Logits keep the source dtype unless ``dtype`` is given.
     """
     check_shape(batch, drafts, vocab, steps)
+    check_vocab(source, vocab)
     rows_per_step = batch * (drafts + 1)
     pool = _pool(source, rows_per_step * steps)
     p = pool["logits"].shape[0]
@@ -138,9 +180,11 @@ def derive_steps(source: Recording, *, batch: int, drafts: int, vocab: int, step
     gen = torch.Generator().manual_seed(seed)
     for s in range(steps):
         sel = (torch.arange(rows_per_step) + s * rows_per_step) % p
-        logits, id_maps = resize_rows(pool["logits"][sel], vocab, gen)
+        used, where = torch.unique(sel, return_inverse=True)  # at most min(p, rows_per_step) distinct pool rows
+        logits, id_maps = resize_rows(pool["logits"][used], vocab, gen, where)
         src_draft = pool["draft"][sel]
         argmax = logits.argmax(dim=1)
+        logits = logits.to(out_dtype)  # drops the float32 copy while the step is used
         draft = src_draft.clone()
         if id_maps is not None:  # renumber recorded drafts; a draft that fell out of the vocabulary -> argmax
             for j, ids in enumerate(id_maps):
@@ -155,7 +199,7 @@ def derive_steps(source: Recording, *, batch: int, drafts: int, vocab: int, step
         first = torch.arange(batch) * (drafts + 1)
         owner = sel[first]
         step = Step(
-            logits=logits.to(out_dtype),
+            logits=logits,
             cu_num_logits=torch.arange(0, rows_per_step + 1, drafts + 1, dtype=torch.int32),
             draft_token_ids=draft.to(torch.int32),
             positions=pool["positions"][sel].clone(),
@@ -180,6 +224,13 @@ def check_shape(batch: int, drafts: int, vocab: int, steps: int) -> None:
             claim="size of a derived step's float32 logits")
 
 
+def check_vocab(source: Recording, vocab: int) -> None:
+    """Trimming keeps each row's head: below the source's V, ``vocab`` must hold HEAD tokens."""
+    if vocab < min(HEAD, source.vocab_size):
+        raise UsageError(f"--vocab {vocab}: below the source's V = {source.vocab_size} it must be at least {HEAD} "
+                         f"(each row's top-{HEAD} logits are kept)")
+
+
 def write_derived(source_path: str | Path, out: str | Path, *, batch: int, drafts: int, vocab: int, steps: int = 2,
                   seed: int = 0, overwrite: bool = False) -> Path:
     """Write :func:`derive_steps` as a recording labelled derived/synthetic; returns its path.
@@ -188,6 +239,7 @@ def write_derived(source_path: str | Path, out: str | Path, *, batch: int, draft
     check_shape(batch, drafts, vocab, steps)
     check_output(out, [source_path], "--out")
     source = Recording(source_path)
+    check_vocab(source, vocab)
     derived = {"kind": "derived/synthetic", "from": str(source.path), "from_digest": source.manifest.get("digest"),
                "from_synthetic": source.synthetic, "from_vocab_size": source.vocab_size, "batch": batch,
                "drafts": drafts, "vocab_size": vocab, "steps": steps, "seed": seed, "method": METHOD}
@@ -199,6 +251,7 @@ def write_derived(source_path: str | Path, out: str | Path, *, batch: int, draft
             empty = Emitted(tokens=torch.full((batch, drafts + 1), -1, dtype=torch.int32),
                             counts=torch.zeros(batch, dtype=torch.int32))
             w.write_step(step, empty, meta={"synthetic": True, "derived": True})
+            del step  # free this step's logits before the next one is built
         derived["argmax_draft_rows"] = argmax_rows
         w.manifest["derived"] = derived
     return Path(out)

@@ -26,6 +26,7 @@ from safetensors.torch import save as st_save
 from replay_harness.errors import InputError
 from replay_harness.limits import (MAX_MANIFEST_BYTES, MAX_STEP_BYTES, MAX_VOCAB, enforce, os_reason, read_regular,
                                    regular_file)
+from replay_harness.recording import digest as registry
 from replay_harness.recording.digest import canonical_json, recording_digest, tensor_digest
 from replay_harness.recording.schema import (MANIFEST, METADATA_KEY, OPTIONAL_FIELDS, RECORDING_SCHEMA,
                                              RECORDING_SCHEMA_ID, SCHEMA_MAJOR, SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
@@ -312,6 +313,8 @@ class Recording:
             if index != expected:
                 raise InputError(f, f"step files are not consecutive: expected step-{expected:06d}", step=expected)
         self.files = [f for _, f in files]
+        # will close_problems compare the steps with the manifest's digest? Then reads remember step digests
+        self._needs_digest = self.manifest.get("complete") is True and isinstance(self.manifest.get("digest"), str)
         if self.manifest.get("complete") is True and self.manifest.get("num_steps") is not None:
             declared = self.manifest["num_steps"]
             if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
@@ -377,10 +380,15 @@ class Recording:
         return tensors, meta
 
     def __getitem__(self, index: int) -> StepRecord:
+        """Step ``index``, read and schema checked. For a closed recording, the step digest of what was read
+        is remembered too (recording/digest.py), so the digest check need not read the step again."""
         if not 0 <= index < len(self):
             raise IndexError(index)
-        tensors, meta = self.read_tensors(index)
         file = self.files[index]
+        key = registry.file_key(file) if self._needs_digest else None  # before the read (digest.file_key)
+        tensors, meta = self.read_tensors(index)
+        if key is not None and registry.known(key) is None:
+            registry.remember(key, tensor_digest(tensors, meta))  # hashlib drops the GIL: parallel in read-ahead
         problems = [p for p in check_step(tensors, self.vocab_size, file=file, step=index, nan=self.nan,
                                           neg_inf=self.neg_inf) if not p.warning]
         if problems:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from replay_harness.errors import InputError
-from replay_harness.recording.digest import recording_digest, tensor_digest
+from replay_harness.recording.digest import file_key, known, recording_digest, tensor_digest
 from replay_harness.recording.schema import (FIELDS, KNOWN_FIELDS, MANIFEST, MANIFEST_KEYS, METADATA_KEY,
                                              OPTIONAL_MANIFEST_KEYS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE,
                                              UNSUPPORTED_FIELDS, Field)
@@ -233,8 +233,10 @@ def check_metadata_keys(file: Path, step: int) -> list[InputError]:
 
 def close_problems(rec, digests: list[str] | None = None) -> list[InputError]:
     """Warnings about how an opened ``Recording`` was closed: not cleanly (``complete`` false), or a content
-    digest that does not match the steps. ``digests``: the steps' tensor digests when the caller has them
-    (else every step is read once more); a step that cannot be read skips the digest check."""
+    digest that does not match the steps. ``digests``: the steps' tensor digests when the caller has them;
+    else a step's digest is the one remembered when it was read (``Recording.__getitem__``, any torchrun rank;
+    recording/digest.py) if the file has not changed since, and the other steps are read once more. A step
+    that cannot be read skips the digest check."""
     manifest = rec.path / MANIFEST
     if not rec.manifest.get("complete", False):
         return [InputError(manifest, f"recording did not close cleanly; {len(rec)} finished steps are "
@@ -243,7 +245,8 @@ def close_problems(rec, digests: list[str] | None = None) -> list[InputError]:
         return []
     if digests is None:
         try:
-            digests = [tensor_digest(*rec.read_tensors(i)) for i in range(len(rec))]
+            digests = [known(file_key(rec.files[i])) or tensor_digest(*rec.read_tensors(i))
+                       for i in range(len(rec))]
         except InputError:
             return []
     if len(digests) == len(rec) and recording_digest(digests) != rec.manifest["digest"]:
