@@ -93,10 +93,12 @@ def test_bad_recording_is_the_same_one_line_error_exit_2(tmp_path):
     assert re.search(r"exitcode\s*:\s*2\b", derr), derr  # torchrun's report: rank 0 exited 2
 
 
-def test_a_tampered_step_read_by_rank_1_gives_rank_0_the_one_digest_warning(tmp_path):
+@pytest.mark.parametrize("command", [["run"], ["verify", "--impl", "reference", "--steps", "0", "--trials", "10"]])
+def test_a_tampered_step_read_by_rank_1_gives_rank_0_the_one_digest_warning(tmp_path, command):
     """The step digests are computed where the steps are read and gathered to rank 0 (docs/SCALE.md): a
-    logit bit-flipped in step 1 (rank 1's: assign deals the largest step, step 0, to rank 0) is warned
-    about once, as in a single-process run."""
+    logit bit-flipped in step 1 (run: rank 1's, assign deals the largest step, step 0, to rank 0; verify
+    --steps 0: a step no unit reads, hashed by the ranks after their units) is warned about once, as in a
+    single-process run."""
     from test_digest_reads import _first_finite_logit_offset
 
     rec = tmp_path / "rec"
@@ -105,7 +107,7 @@ def test_a_tampered_step_read_by_rank_1_gives_rank_0_the_one_digest_warning(tmp_
     data = bytearray(step.read_bytes())
     data[_first_finite_logit_offset(step)] ^= 1
     step.write_bytes(bytes(data))
-    args = ["run", str(rec), "--json"]
+    args = [command[0], str(rec), *command[1:], "--json"]
     code, out, err, _ = _run(args)
     dcode, dout, derr, _ = _run(args, nproc=2)
     assert err.count("replay: warning:") == 1 and "content digest does not match" in err

@@ -17,7 +17,7 @@
 # SCALE_V [248320], SCALE_STEPS [4], SCALE_RECS [8], SCALE_IMPL [stochastic], VERIFY_STEPS [0],
 # VERIFY_TRIALS [20], BENCH_REPEATS [5], CMD_TIMEOUT [170 s per command], SCALE_DIR [/tmp/scale],
 # SCALE_CORPUS (an existing folder of recordings to use instead: no synth, not deleted), SCALE_COMMANDS
-# [run verify bench], SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda].
+# [run verify bench], SKIP_DISK_READ, SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda].
 # CPU check of the script's logic (gloo, tiny sizes, a few minutes):
 #   SCALE_DEVICE=cpu SCALE_R=2 SCALE_K=2 SCALE_V=4096 SCALE_STEPS=2 SCALE_IMPL=reference VERIFY_TRIALS=8 \
 #   BENCH_REPEATS=1 SKIP_RECORDER=1 OUT=/tmp/scale_out bash tools/run_gpu_scale.sh
@@ -67,11 +67,11 @@ replay1() { python3 -m replay_harness.cli "$@"; }
     echo "== corpus (given): $C, $(du -sh "$C" | cut -f1)"; mkdir -p "$DIR"
   fi
   for n in 1 "$NPROC"; do  # what N ranks replaying from this disk can read at most
-    $MEASURE disk-read "$n" "$C" | tee "$OUT/disk-read-$n.json"
+    [ -n "${SKIP_DISK_READ:-}" ] || $MEASURE disk-read "$n" "$C" | tee "$OUT/disk-read-$n.json"
   done
   TR=(python3 -m torch.distributed.run --standalone --nproc-per-node "$NPROC" -m replay_harness.cli)
   ONE=(python3 -m replay_harness.cli)
-  RUN=(run "$C" --impl "$IMPL" --device "$DEV" --json --quiet)
+  RUN=(run "$C" --impl "$IMPL" --device "$DEV" --json)  # not --quiet: the read report (GB, s) on stderr
   VERIFY=(verify "$C" --impl "$IMPL" --device "$DEV" --steps "$VSTEPS" --trials "$TRIALS" --json --quiet)
   BENCH=(bench "$C" --impl "$IMPL" --device "$DEV" --repeats "$REPEATS" --warmup 1 --json)
   if [ -n "${PROFILE:-}" ]; then  # where a single-process run and verify spend their time (cProfile, top 40)
@@ -83,6 +83,7 @@ replay1() { python3 -m replay_harness.cli "$@"; }
     done
   fi
   TINY=(run fixtures/synthetic-founding --impl "$IMPL" --device "$DEV" --json --quiet)
+  "${ONE[@]}" "${TINY[@]}" > /dev/null 2>&1  # untimed: fills Triton's kernel cache, which every run then loads
   measured startup-1 1 "${ONE[@]}" "${TINY[@]}"  # start-up alone: interpreter, torch, CUDA, kernels, (NCCL)
   measured startup-$NPROC "$NPROC" "${TR[@]}" "${TINY[@]}"
   for what in $COMMANDS; do

@@ -173,7 +173,9 @@ def verify_units(sources: list[tuple], open_impl: Callable[[torch.device], Any],
         finally:
             impl.close()
 
-    parts = distributed.map_units(units, sizes, worker, load)
+    unread = [(rec, i) for _, _, rec, chosen in sources if isinstance(rec, Recording) and rec.needs_digest
+              for i in sorted(set(range(len(rec))) - set(chosen))]  # --steps: for the digest check alone
+    parts = distributed.map_units(units, sizes, worker, load, unread)
     return None if parts is None else [u for part in parts for u in part]
 
 

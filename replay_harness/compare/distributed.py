@@ -217,7 +217,7 @@ def merge_units(heads: list[Any], parts: list[tuple[Unit, Any]]) -> list[Any]:
 
 def map_units(units: Sequence[Any], sizes: Sequence[int],
               open_worker: Callable[[Shard | None], ContextManager[Callable[..., Any]]],
-              load: Callable[[Any], Any] | None = None) -> list[Any] | None:
+              load: Callable[[Any], Any] | None = None, unread: Sequence[tuple[Any, int]] = ()) -> list[Any] | None:
     """Every unit's result, in the order of ``units``, in a single process and under torchrun alike.
 
     ``open_worker(shard)`` is entered once per process (``shard`` None in a single process: no torchrun)
@@ -225,6 +225,10 @@ def map_units(units: Sequence[Any], sizes: Sequence[int],
     (then ``load`` runs a few units ahead in a reader thread: recording/prefetch.py). Under torchrun each
     rank does the units :func:`assign` gives it (``sizes``: bytes per unit) and rank 0 gets the list
     (errors as :func:`run_sharded`); the other ranks get None.
+
+    ``unread``: (Recording, step) pairs no unit reads whose digests rank 0's digest check will need
+    (``verify --steps``): under torchrun the ranks share their hashing after their units (a single process
+    leaves it to the check), so rank 0 does not hash them alone at the end.
     """
     from replay_harness.recording.prefetch import Prefetcher
 
@@ -249,7 +253,10 @@ def map_units(units: Sequence[Any], sizes: Sequence[int],
 
     def body(shard: Shard) -> list[tuple[int, Any]]:
         with open_worker(shard) as do:
-            return results(do, shard.mine(sizes), shard)
+            done = results(do, shard.mine(sizes), shard)
+        for j in shard.mine(unit_sizes([rec.files[i] for rec, i in unread])):
+            unread[j][0].step_digest(unread[j][1], quiet=True)
+        return done
 
     values = run_sharded(body)
     if values is None:

@@ -52,7 +52,7 @@ def top_k_top_p_sorted(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor) -
 
 def apply_sampling_params(step: Step) -> torch.Tensor:
     """[N, V] float32 processed target logits for every row of the step."""
-    logits = step.logits.float().clone()
+    logits = step.logits.to(torch.float32, copy=True)  # one copy, also of float32 logits
     rows = step.row_to_request().to(logits.device)
     active = needs_processing(step)[rows]
     if not bool(active.any()):

@@ -314,7 +314,7 @@ class Recording:
                 raise InputError(f, f"step files are not consecutive: expected step-{expected:06d}", step=expected)
         self.files = [f for _, f in files]
         # will close_problems compare the steps with the manifest's digest? Then reads remember step digests
-        self._needs_digest = self.manifest.get("complete") is True and isinstance(self.manifest.get("digest"), str)
+        self.needs_digest = self.manifest.get("complete") is True and isinstance(self.manifest.get("digest"), str)
         if self.manifest.get("complete") is True and self.manifest.get("num_steps") is not None:
             declared = self.manifest["num_steps"]
             if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
@@ -385,7 +385,7 @@ class Recording:
         if not 0 <= index < len(self):
             raise IndexError(index)
         file = self.files[index]
-        key = registry.file_key(file) if self._needs_digest else None  # before the read (digest.file_key)
+        key = registry.file_key(file) if self.needs_digest else None  # before the read (digest.file_key)
         tensors, meta = self.read_tensors(index)
         if key is not None and registry.known(key) is None:
             registry.remember(key, tensor_digest(tensors, meta))  # hashlib drops the GIL: parallel in read-ahead
@@ -395,6 +395,22 @@ class Recording:
             raise problems[0]
         emitted = Emitted(tensors["emitted_tokens"], tensors["emitted_counts"], tensors.get("emitted_routes"))
         return StepRecord(index=index, file=file, step=step_from_tensors(tensors), emitted=emitted, meta=meta)
+
+    def step_digest(self, index: int, quiet: bool = False) -> str | None:
+        """The content digest of step ``index``: the one remembered when it was read (recording/digest.py) if
+        the file has not changed since, else read, hashed and remembered now. An unreadable step raises its
+        InputError (``quiet``: gives None)."""
+        key = registry.file_key(self.files[index])
+        digest = registry.known(key)
+        if digest is None:
+            try:
+                digest = tensor_digest(*self.read_tensors(index))
+            except InputError:
+                if quiet:
+                    return None
+                raise
+            registry.remember(key, digest)
+        return digest
 
     def digest(self) -> str:
         """Recording digest: sha256 of the per-step canonical digests, in step order."""
