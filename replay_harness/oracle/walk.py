@@ -10,7 +10,8 @@ Per request r with k drafts (rows j = start .. start+k, the last is the bonus ro
   without draft logits). A -1 placeholder ends verification. On rejection,
   resample from the residual max(p - q, 0) (one-hot: p with d removed); after
   all accepted, draw the bonus from p. Draws are Gumbel-max with the noise of
-  ``rng.gumbel_noise(seed, pos[row], token)``.
+  ``rng.gumbel_noise(seed, pos[row], token)``, computed only for the tokens that can still
+  win (:func:`gumbel_draw`: the same token as the whole row, exactly).
 * k = 0 is the bonus draw alone (greedy-sample / random-sample).
 
 Logits first go through ``apply_sampling_params`` (temperature, min-p, top-k, top-p).
