@@ -70,6 +70,17 @@ def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def block_max(max_ptr, base, NB, CHUNK: tl.constexpr):
+    """The largest of ``NB`` partial maxima at ``base``."""
+    best = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        best = tl.maximum(best, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
+                                                cache_modifier=".cg"), axis=0))
+    return best
+
+
+@triton.jit
 def last_to_arrive(arrivals_ptr, r, SPLITS):
     """Call after this program stored its partials for row ``r``: True in the last of the row's ``SPLITS``
     programs to arrive (an ``acq_rel`` counter per row), which may then read every partial. It resets the
@@ -109,13 +120,14 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                  mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
                  temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
                  part_max_ptr, part_arg_ptr, arrivals_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride,
-                 V, W, span, SPLITS,
-                 HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+                 part_top_ptr, top_ptr, V, W, span, SPLITS,
+                 HAS_DRAFT: tl.constexpr, TOP: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
     r = tl.program_id(0)
     s = tl.program_id(1)
     mode = tl.load(mode_ptr + r)
     best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.zeros((), tl.int32)
+    top = tl.full((), float("-inf"), tl.float32)  # TOP: the largest processed value the program saw
     if mode != MODE_NONE:
         row = tl.load(row_ptr + r)
         row_base = logits_ptr + row.to(tl.int64) * l_stride
@@ -139,7 +151,10 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                 if mode == MODE_RESIDUAL:
                     x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
                                   lse_q_ptr, req_temp_ptr, HAS_DRAFT)
-                if tl.max(x, axis=0) + NOISE_MAX >= best:
+                tile_max = tl.max(x, axis=0)
+                if TOP:
+                    top = tl.maximum(top, tile_max)
+                if tile_max + NOISE_MAX >= best:
                     h = murmur3_finish(key, offs)
                     if tl.max(x + gumbel_upper_bound(h), axis=0) >= best:
                         score = x + uniform_to_gumbel(hash_to_uniform(h))
@@ -150,11 +165,15 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                             best_idx = start + a
     tl.store(part_max_ptr + r * SPLITS + s, best)
     tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
+    if TOP:
+        tl.store(part_top_ptr + r * SPLITS + s, top)
     if last_to_arrive(arrivals_ptr, r, SPLITS):
         count = tl.load(count_src_ptr + r)
         if mode != MODE_NONE:
             _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
             tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
+            if TOP:  # the row's largest processed value (sample-and-check sums exp(x - top))
+                tl.store(top_ptr + r, block_max(part_top_ptr, r * SPLITS, SPLITS, CHUNK))
         for j in range(count, W):
             tl.store(tokens_ptr + r * tok_stride + j, -1)
         tl.store(counts_ptr + r, count)
@@ -172,20 +191,28 @@ def splits_for(num_rows: int, vocab: int, block: int, programs: int = DRAW_PROGR
 @dataclass
 class DrawScratch:
     """Per-launch scratch of :func:`_draw_kernel` for R rows: partials [R, splits] float32 / int32 and
-    the per-row arrival counters [R] int32 (zero between launches: the last program resets them)."""
+    the per-row arrival counters [R] int32 (zero between launches: the last program resets them).
+    ``track_top``: the launch also writes each row's largest processed value to ``top`` [R] float32
+    (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top))."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor
     arrivals: torch.Tensor
     splits: int
     span: int
+    part_top: torch.Tensor
+    top: torch.Tensor
+    track_top: bool = False
 
     @classmethod
     def allocate(cls, num_rows: int, vocab: int, block: int, device, programs: int = DRAW_PROGRAMS,
-                 split_as_rows: int | None = None) -> "DrawScratch":
+                 split_as_rows: int | None = None, track_top: bool = False) -> "DrawScratch":
         """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``)."""
         splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
-        return cls(part_max=torch.empty((rows, splits), dtype=torch.float32, device=device),
+        f32 = dict(dtype=torch.float32, device=device)
+        return cls(part_max=torch.empty((rows, splits), **f32),
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
+                   part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
+                   top=torch.empty(rows if track_top else 1, **f32), track_top=track_top,
                    arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span)

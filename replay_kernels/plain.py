@@ -119,7 +119,8 @@ class PlainSampler(LaunchSampler):
             tokens=torch.full((r_count, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r_count, **i32),
             counts_init=torch.tensor([0 if m == MODE_NONE.value else 1 for m in modes], **i32),
-            draw=DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs),
+            draw=DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs,
+                                      track_top=params.any_check),
             routes=torch.tensor(routes, dtype=torch.int8), notes=notes,
             dummy_i32=torch.zeros(1, **i32), dummy_f32=torch.zeros(1, dtype=torch.float32, device=device))
 
@@ -133,11 +134,12 @@ class PlainSampler(LaunchSampler):
             self._draw(state, state.mode, p.cut_val, p.cut_idx, state.draw)
             cs = state.check
             if cs is not None:
-                launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, first=True)
+                top = state.draw.top  # each row's largest processed value, from the first draw
+                launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, top, first=True)
                 for _ in range(EXTRA_ROUNDS):
                     self._draw(state, cs.mode, cs.cut_val, cs.cut_idx, state.round_draw)
-                    launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, first=False)
-                launch_finish(cs, state.logits, state.row, p, state.seed, state.positions, state.tokens)
+                    launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, top, first=False)
+                launch_finish(cs, state.logits, state.row, p, state.seed, state.positions, state.tokens, top)
         return state.tokens, state.counts
 
     def _draw(self, state: PlainState, mode: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,

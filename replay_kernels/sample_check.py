@@ -17,8 +17,9 @@ The test of ``c`` is one pass over the row, split like the filter passes (grid
 depend on the batch): ``#{v : x_v > x_c}`` (top-k: ``c`` is kept iff that count
 is below k, ties at the k-th value kept), and, for top-p, the masses ``S`` (every
 kept-by-min-p value) and ``low(c)`` (those at or below ``c`` in the order), each
-``exp(x - span max)`` summed per span and rescaled to the row max in span order by
-the last program of the row to arrive; ``c`` is kept iff ``low(c) / S > 1 - p``
+``exp(x - M)`` with ``M`` the row's largest processed value (recorded by the first
+draw, which reads every tile anyway), summed per lane, then per span, and the spans
+added in order by the last program of the row to arrive; ``c`` is kept iff ``low(c) / S > 1 - p``
 (the oracle's ``cumsum(softmax) > 1 - p`` at ``c``'s sorted position, within fp32
 rounding: a near-tie, as for the search). The largest value is always kept (its
 ``low`` and ``S`` are the same sum). An all ``-inf`` row keeps its first draw (token 0).
@@ -33,7 +34,7 @@ since few rows are still open), then :func:`_finish_kernel`, one program per row
 parameters; rarely has work). Rows with both top-k and top-p keep the search
 (their top-p mass is over the top-k set, whose bound a check does not give).
 
-Bytes per check pass: V x 4 B (fp32) per open row, 16 B per program of partials.
+Bytes per check pass: V x 4 B (fp32) per open row, 12 B per program of partials; 4 B per row of ``top``.
 """
 from __future__ import annotations
 
@@ -52,45 +53,35 @@ EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the
 
 
 @triton.jit
-def _span_check(base, lo, hi, V, t, L, xc, c, p, BLOCK: tl.constexpr):
-    """Over lanes [lo, hi) of one row: (max, sum of exp(x - max), the same over lanes at or below
-    ``(xc, c)``, count of x > xc); kept-by-min-p values (x >= L) only in the sums, which are computed
-    only for top-p rows (``p < 1``)."""
-    m = tl.full((), float("-inf"), tl.float32)
-    s_all = tl.zeros((), tl.float32)
-    s_low = tl.zeros((), tl.float32)
-    cnt = tl.zeros((), tl.int32)
+def _span_check(base, lo, hi, V, t, L, xc, c, kk, p, M, BLOCK: tl.constexpr):
+    """Over lanes [lo, hi) of one row: (sum of exp(x - M), the same over lanes at or below ``(xc, c)``,
+    count of x > xc), ``M`` the row's largest value. Kept-by-min-p values (x >= L) only in the sums, which
+    are computed only for top-p rows (``p < 1``); the count only for top-k rows (``kk < V``). Per-lane
+    accumulators, added across lanes once at the end: no reduction per tile."""
+    acc_all = tl.zeros((BLOCK,), tl.float32)
+    acc_low = tl.zeros((BLOCK,), tl.float32)
+    acc_cnt = tl.zeros((BLOCK,), tl.int32)
     for start in range(lo, hi, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = _clean(base, offs, V, t)
-        cnt += tl.sum((x > xc).to(tl.int32), axis=0)
+        if kk < V:
+            acc_cnt += (x > xc).to(tl.int32)
         if p < 1.0:
-            x = tl.where(x >= L, x, float("-inf"))
-            m_new = tl.maximum(m, tl.max(x, axis=0))
-            if m_new > float("-inf"):
-                e = tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0)
-                low = (x < xc) | ((x == xc) & (offs <= c))
-                scale = tl.exp(m - m_new)
-                s_all = s_all * scale + tl.sum(e, axis=0)
-                s_low = s_low * scale + tl.sum(tl.where(low, e, 0.0), axis=0)
-            m = m_new
-    return m, s_all, s_low, cnt
+            e = tl.where((x >= L) & (x > float("-inf")), tl.exp(x - M), 0.0)  # -inf lanes: 0, also if M is -inf
+            acc_all += e
+            acc_low += tl.where((x < xc) | ((x == xc) & (offs <= c)), e, 0.0)
+    return tl.sum(acc_all, axis=0), tl.sum(acc_low, axis=0), tl.sum(acc_cnt, axis=0)
 
 
 @triton.jit
-def _verdict(pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, base, SPLITS, xc, kk, p):
-    """Is the drawn token kept? The partials of one row added in span order (rescaled to the row max)."""
-    M = tl.full((), float("-inf"), tl.float32)
-    for s in range(0, SPLITS):
-        M = tl.maximum(M, tl.load(pmax_ptr + base + s, cache_modifier=".cg"))
+def _verdict(pall_ptr, plow_ptr, pcnt_ptr, base, SPLITS, xc, kk, p):
+    """Is the drawn token kept? The partials of one row added in span order."""
     S = tl.zeros((), tl.float32)
     low = tl.zeros((), tl.float32)
     cnt = tl.zeros((), tl.int32)
     for s in range(0, SPLITS):
-        ms = tl.load(pmax_ptr + base + s, cache_modifier=".cg")
-        w = tl.where(ms > float("-inf"), tl.exp(ms - M), 0.0)
-        S += tl.where(ms > float("-inf"), tl.load(pall_ptr + base + s, cache_modifier=".cg") * w, 0.0)
-        low += tl.where(ms > float("-inf"), tl.load(plow_ptr + base + s, cache_modifier=".cg") * w, 0.0)
+        S += tl.load(pall_ptr + base + s, cache_modifier=".cg")
+        low += tl.load(plow_ptr + base + s, cache_modifier=".cg")
         cnt += tl.load(pcnt_ptr + base + s, cache_modifier=".cg")
     kept = cnt < kk
     if p < 1.0:
@@ -109,13 +100,14 @@ def _candidate(base, c, t):
 
 @triton.jit
 def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr,
-                  topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
-                  pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, V, SPLITS,
+                  topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr,
+                  pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, V, SPLITS,
                   SPAN: tl.constexpr, BLOCK: tl.constexpr):
     """Grid (R, SPLITS): test the token the last draw wrote to ``tokens[r, 0]`` (rows that are open:
     mode TARGET and a check row). The last program of a row to arrive settles it: kept -> mode NONE
     (later draws skip the row); else the row's bound becomes (x_c, c + 1). It writes every row's
-    mode and bound to the ``*_out`` arrays (the first check copies the prepared ones)."""
+    mode and bound to the ``*_out`` arrays (the first check copies the prepared ones). ``top`` [R]: each
+    row's largest processed value (the first draw wrote it)."""
     r = tl.program_id(0)
     s = tl.program_id(1)
     mode = tl.load(mode_in + r)
@@ -126,9 +118,9 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, t
         t = tl.load(temp_ptr + row)
         c = tl.load(tokens_ptr + r * tok_stride).to(tl.int32)
         xc = _candidate(base, c, t)
-        m, s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t,
-                                           tl.load(lbound_ptr + row), xc, c, tl.load(topp_ptr + row), BLOCK)
-        tl.store(pmax_ptr + r * SPLITS + s, m)
+        s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t,
+                                        tl.load(lbound_ptr + row), xc, c, tl.load(topk_ptr + row),
+                                        tl.load(topp_ptr + row), tl.load(top_ptr + r), BLOCK)
         tl.store(pall_ptr + r * SPLITS + s, s_all)
         tl.store(plow_ptr + r * SPLITS + s, s_low)
         tl.store(pcnt_ptr + r * SPLITS + s, cnt)
@@ -140,7 +132,7 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, t
             base = logits_ptr + row.to(tl.int64) * l_stride
             c = tl.load(tokens_ptr + r * tok_stride).to(tl.int32)
             xc = _candidate(base, c, tl.load(temp_ptr + row))
-            if not _verdict(pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc,
+            if not _verdict(pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc,
                             tl.load(topk_ptr + row), tl.load(topp_ptr + row)):
                 new_mode = MODE_TARGET
                 cv = xc
@@ -170,8 +162,8 @@ def _row_draw(base, V, t, cv, ci, key, BLOCK: tl.constexpr):
 
 @triton.jit
 def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr,
-                   cut_val_ptr, cut_idx_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride,
-                   pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, V, SPLITS,
+                   cut_val_ptr, cut_idx_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride, top_ptr,
+                   pall_ptr, plow_ptr, pcnt_ptr, V, SPLITS,
                    SPAN: tl.constexpr, BLOCK: tl.constexpr):
     """Grid (R,): a row still open after the launched rounds loops (draw above its bound, check) in
     one program until the drawn token is kept. Same spans and sums as the split kernels, so the
@@ -185,6 +177,7 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, lbound_ptr
         kk = tl.load(topk_ptr + row)
         p = tl.load(topp_ptr + row)
         key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+        M = tl.load(top_ptr + r)
         cv = tl.load(cut_val_ptr + row)
         ci = tl.load(cut_idx_ptr + row)
         done = tl.zeros((), tl.int32)
@@ -192,14 +185,13 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, lbound_ptr
             c = _row_draw(base, V, t, cv, ci, key, BLOCK)
             xc = _candidate(base, c, t)
             for s in range(0, SPLITS):
-                m, s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t, L, xc,
-                                                   c, p, BLOCK)
-                tl.store(pmax_ptr + r * SPLITS + s, m)
+                s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t, L, xc,
+                                                c, kk, p, M, BLOCK)
                 tl.store(pall_ptr + r * SPLITS + s, s_all)
                 tl.store(plow_ptr + r * SPLITS + s, s_low)
                 tl.store(pcnt_ptr + r * SPLITS + s, cnt)
             tl.debug_barrier()
-            done = _verdict(pmax_ptr, pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc, kk, p).to(tl.int32)
+            done = _verdict(pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc, kk, p).to(tl.int32)
             cv = xc
             ci = c + 1
             tl.store(tokens_ptr + r * tok_stride, c.to(tl.int64))
@@ -216,14 +208,13 @@ class CheckScratch:
     """Per-launch state of sample-and-check for R requests over N rows of V tokens.
 
     mode [R] int32, cut_val [N] float32, cut_idx [N] int32: the working draw plan (the prepared one is
-    left as it is, so a launch can be replayed); partials pmax/pall/plow [R, splits] float32 and
+    left as it is, so a launch can be replayed); partials pall/plow [R, splits] float32 and
     pcnt [R, splits] int32; arrivals [R] int32 (zero between launches).
     """
 
     mode: torch.Tensor
     cut_val: torch.Tensor
     cut_idx: torch.Tensor
-    pmax: torch.Tensor
     pall: torch.Tensor
     plow: torch.Tensor
     pcnt: torch.Tensor
@@ -238,29 +229,30 @@ class CheckScratch:
         f32 = dict(dtype=torch.float32, device=device)
         return cls(mode=torch.zeros(r, dtype=torch.int32, device=device), cut_val=torch.empty(n, **f32),
                    cut_idx=torch.empty(n, dtype=torch.int32, device=device),
-                   pmax=torch.empty((r, splits), **f32), pall=torch.empty((r, splits), **f32),
+                   pall=torch.empty((r, splits), **f32),
                    plow=torch.empty((r, splits), **f32),
                    pcnt=torch.empty((r, splits), dtype=torch.int32, device=device),
                    arrivals=torch.zeros(r, dtype=torch.int32, device=device), splits=splits, span=span)
 
 
 def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, params,
-                 tokens: torch.Tensor, first: bool) -> None:
-    """One check pass over the R requests (``first``: read the prepared plan ``mode`` / ``params.cut_*``)."""
+                 tokens: torch.Tensor, top: torch.Tensor, first: bool) -> None:
+    """One check pass over the R requests (``first``: read the prepared plan ``mode`` / ``params.cut_*``);
+    ``top`` [R] float32: each row's largest processed value (``DrawScratch.top`` of the first draw)."""
     r_count = mode.numel()
     mode_in = mode if first else cs.mode
     cut_val_in, cut_idx_in = (params.cut_val, params.cut_idx) if first else (cs.cut_val, cs.cut_idx)
     _check_kernel[(r_count, cs.splits)](
         logits, logits.stride(0), mode_in, cs.mode, row, params.check, params.temp_div, params.cut_val,
-        params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0),
-        cs.pmax, cs.pall, cs.plow, cs.pcnt, cs.arrivals, logits.shape[1], cs.splits,
+        params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
+        cs.pall, cs.plow, cs.pcnt, cs.arrivals, logits.shape[1], cs.splits,
         SPAN=cs.span, BLOCK=min(cs.span, FILTER_BLOCK), num_warps=8)
 
 
 def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, params, seed: torch.Tensor,
-                  positions: torch.Tensor, tokens: torch.Tensor) -> None:
+                  positions: torch.Tensor, tokens: torch.Tensor, top: torch.Tensor) -> None:
     """The one-program-per-row loop for rows still open (the others exit after one load)."""
     _finish_kernel[(cs.mode.numel(),)](
         logits, logits.stride(0), cs.mode, row, params.temp_div, params.cut_val, params.top_k, params.top_p,
-        cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), cs.pmax, cs.pall, cs.plow, cs.pcnt,
+        cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow, cs.pcnt,
         logits.shape[1], cs.splits, SPAN=cs.span, BLOCK=min(cs.span, FILTER_BLOCK), num_warps=8)

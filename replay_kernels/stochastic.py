@@ -356,6 +356,6 @@ class StochasticSampler(LaunchSampler):
             s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
             p.temp_div, p.cut_val, p.cut_idx, s.req_temp, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, s.counts, s.counts, s.tokens, s.tokens.stride(0),
-            v, s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=has_draft, BLOCK=self.draw_block, CHUNK=REDUCE_CHUNK, num_warps=8)
+            d.part_top, d.top, v, s.tokens.shape[1], d.span, d.splits,
+            HAS_DRAFT=has_draft, TOP=False, BLOCK=self.draw_block, CHUNK=REDUCE_CHUNK, num_warps=8)
         return s.tokens, s.counts

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Where a sampler launch spends its device time, kernel by kernel (GPU; guides kernel work, issue 12).
+
+    python tools/profile_kernels.py [--vocab 248320] [--launches 20] [--sweep]
+
+For each case (R requests, k drafts, top-p, top-k) on the benchmark's SYNTHETIC rows
+(replay_harness.bench.kernels.cases.Inputs: fp32 randn*3 plus one peak per row, temperature 1):
+``gumbel-max`` (k = 0) or ``stochastic`` (k > 0) is prepared once, launched ``--launches`` times under
+torch.profiler (CUDA activity), and every kernel's device time is summed and divided by the launches:
+a table of µs per launch and calls per launch, per kernel, with the launch's total device time.
+
+``--sweep``: the draw kernel's tile (BLOCK) and program count for plain samples at R = 1, 64 and 256,
+timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``, µs; the benchmark's "graph" column),
+each configuration's tokens checked equal to the default's.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+from collections import defaultdict
+
+import torch
+
+from replay_harness.bench.kernels.cases import Inputs
+from replay_kernels.gumbel_max import GumbelMaxSampler
+from replay_kernels.stochastic import StochasticSampler
+
+CASES = [  # (R, k, top_p, top_k)
+    (1, 0, 1.0, 0), (256, 0, 1.0, 0), (1, 0, 0.9, 0), (64, 0, 0.9, 0), (256, 0, 0.9, 0), (256, 0, 1.0, 50),
+    (64, 4, 1.0, 0), (256, 4, 1.0, 0), (64, 4, 0.9, 0),
+]
+
+
+def kernel_times(fn, launches: int) -> tuple[dict[str, list[float]], float]:
+    """{kernel name: [total µs, calls]} over ``launches`` calls of ``fn`` (after 3 warm-ups), and the total."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(launches):
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name][0] += e.time_range.elapsed_us()
+            per[e.name][1] += 1
+    return per, sum(v[0] for v in per.values())
+
+
+def profile_cases(V: int, launches: int) -> None:
+    for R, k, top_p, top_k in CASES:
+        inp = Inputs.make(V, R, k, seed=R * 10 + k, device="cuda")
+        impl = GumbelMaxSampler() if k == 0 else StochasticSampler()
+        state = impl.prepare(inp.step(top_p, top_k))
+        per, total = kernel_times(lambda: impl.launch(state), launches)
+        print(f"\n## V={V} R={R} k={k} top_p={top_p} top_k={top_k}: {total / launches:.1f} µs of device time "
+              f"per launch ({impl.name})")
+        print("| kernel | µs / launch | calls / launch |\n|---|---:|---:|")
+        for name, (us, calls) in sorted(per.items(), key=lambda kv: -kv[1][0]):
+            print(f"| `{name[:60]}` | {us / launches:.1f} | {calls / launches:.2f} |")
+        del inp, state
+        torch.cuda.empty_cache()
+
+
+def sweep(V: int) -> None:
+    from triton.testing import do_bench_cudagraph
+
+    for R in (1, 64, 256):
+        step = Inputs.make(V, R, 0, seed=R, device="cuda").step(1.0)
+        want = GumbelMaxSampler().sample(step).tokens.cpu()
+        print(f"\n## draw sweep, plain R={R} V={V}: CUDA-graph µs per launch (default block 2048, 1024 programs)")
+        print("| block | programs | µs | tokens equal |\n|---:|---:|---:|---|")
+        for block, programs in itertools.product((512, 1024, 2048, 4096), (256, 1024, 4096)):
+            impl = GumbelMaxSampler(block=block, programs=programs)
+            state = impl.prepare(step)
+            same = bool(torch.equal(impl.sample(step).tokens.cpu(), want))
+            us = 1000 * do_bench_cudagraph(lambda: impl.launch(state), rep=50)
+            print(f"| {block} | {programs} | {us:.2f} | {'yes' if same else 'NO'} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=248320)
+    ap.add_argument("--launches", type=int, default=20)
+    ap.add_argument("--sweep", action="store_true", help="also sweep the draw kernel's tile and program count")
+    args = ap.parse_args()
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    profile_cases(args.vocab, args.launches)
+    if args.sweep:
+        sweep(args.vocab)
+
+
+if __name__ == "__main__":
+    main()
