@@ -50,6 +50,8 @@ from .params import load_processed
 from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gumbel
 
 EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
+CHECK_BLOCK = FILTER_BLOCK  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
+CHECK_WARPS = 8
 
 
 @triton.jit
@@ -246,7 +248,7 @@ def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row
         logits, logits.stride(0), mode_in, cs.mode, row, params.check, params.temp_div, params.cut_val,
         params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
         cs.pall, cs.plow, cs.pcnt, cs.arrivals, logits.shape[1], cs.splits,
-        SPAN=cs.span, BLOCK=min(cs.span, FILTER_BLOCK), num_warps=8)
+        SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
 
 
 def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, params, seed: torch.Tensor,
@@ -255,4 +257,4 @@ def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, par
     _finish_kernel[(cs.mode.numel(),)](
         logits, logits.stride(0), cs.mode, row, params.temp_div, params.cut_val, params.top_k, params.top_p,
         cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow, cs.pcnt,
-        logits.shape[1], cs.splits, SPAN=cs.span, BLOCK=min(cs.span, FILTER_BLOCK), num_warps=8)
+        logits.shape[1], cs.splits, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)

@@ -11,7 +11,9 @@ a table of µs per launch and calls per launch, per kernel, with the launch's to
 
 ``--sweep``: the draw kernel's tile (BLOCK) and program count for plain samples at R = 1, 64 and 256,
 timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``, µs; the benchmark's "graph" column),
-each configuration's tokens checked equal to the default's.
+each configuration's tokens checked equal to the default's. ``--check-sweep``: the same for the tile and
+warps of sample-and-check's check pass (top-p 0.9 plain samples; a tile changes the order of the sums, so
+a token may differ on a near-tie).
 """
 from __future__ import annotations
 
@@ -81,16 +83,42 @@ def sweep(V: int) -> None:
             print(f"| {block} | {programs} | {us:.2f} | {'yes' if same else 'NO'} |")
 
 
+def check_sweep(V: int) -> None:
+    from triton.testing import do_bench_cudagraph
+
+    from replay_kernels import sample_check
+
+    default = (sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS)
+    for R in (1, 64, 256):
+        step = Inputs.make(V, R, 0, seed=R, device="cuda").step(0.9)
+        want = GumbelMaxSampler().sample(step).tokens.cpu()
+        print(f"\n## check sweep, plain top-p 0.9 R={R} V={V}: CUDA-graph µs per launch (default {default})")
+        print("| block | warps | µs | tokens equal |\n|---:|---:|---:|---|")
+        for block, warps in itertools.product((1024, 2048, 4096, 8192), (4, 8, 16)):
+            sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS = block, warps
+            impl = GumbelMaxSampler()
+            state = impl.prepare(step)
+            same = bool(torch.equal(impl.sample(step).tokens.cpu(), want))
+            us = 1000 * do_bench_cudagraph(lambda: impl.launch(state), rep=50)
+            print(f"| {block} | {warps} | {us:.2f} | {'yes' if same else 'NO'} |")
+        sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS = default
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vocab", type=int, default=248320)
     ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--sweep", action="store_true", help="also sweep the draw kernel's tile and program count")
+    ap.add_argument("--check-sweep", action="store_true", help="also sweep the check pass's tile and warps")
+    ap.add_argument("--no-profile", action="store_true", help="only the sweeps")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    profile_cases(args.vocab, args.launches)
+    if not args.no_profile:
+        profile_cases(args.vocab, args.launches)
     if args.sweep:
         sweep(args.vocab)
+    if args.check_sweep:
+        check_sweep(args.vocab)
 
 
 if __name__ == "__main__":
