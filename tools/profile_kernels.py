@@ -24,6 +24,7 @@ from collections import defaultdict
 import torch
 
 from replay_harness.bench.kernels.cases import Inputs
+from replay_kernels.draw import DRAW_BLOCK, DRAW_PROGRAMS
 from replay_kernels.gumbel_max import GumbelMaxSampler
 from replay_kernels.stochastic import StochasticSampler
 
@@ -67,40 +68,44 @@ def profile_cases(V: int, launches: int) -> None:
         torch.cuda.empty_cache()
 
 
-def sweep(V: int) -> None:
+def graph_sweep(V: int, top_p: float, title: str, names: tuple[str, str], grid, make, default) -> None:
+    """For R = 1, 64, 256: ``make(a, b)`` (a configured GumbelMaxSampler) for every (a, b) of ``grid``, timed
+    as CUDA-graph replays (µs per launch), its tokens compared with those of ``make(*default)``."""
     from triton.testing import do_bench_cudagraph
 
     for R in (1, 64, 256):
-        step = Inputs.make(V, R, 0, seed=R, device="cuda").step(1.0)
-        want = GumbelMaxSampler().sample(step).tokens.cpu()
-        print(f"\n## draw sweep, plain R={R} V={V}: CUDA-graph µs per launch (default block 2048, 1024 programs)")
-        print("| block | programs | µs | tokens equal |\n|---:|---:|---:|---|")
-        for block, programs in itertools.product((512, 1024, 2048, 4096), (256, 1024, 4096)):
-            impl = GumbelMaxSampler(block=block, programs=programs)
+        step = Inputs.make(V, R, 0, seed=R, device="cuda").step(top_p)
+        want = make(*default).sample(step).tokens.cpu()
+        print(f"\n## {title}, plain top-p {top_p} R={R} V={V}: CUDA-graph µs per launch (default {default})")
+        print(f"| {names[0]} | {names[1]} | µs | tokens equal |\n|---:|---:|---:|---|")
+        for a, b in grid:
+            impl = make(a, b)
             state = impl.prepare(step)
             same = bool(torch.equal(impl.sample(step).tokens.cpu(), want))
             us = 1000 * do_bench_cudagraph(lambda: impl.launch(state), rep=50)
-            print(f"| {block} | {programs} | {us:.2f} | {'yes' if same else 'NO'} |")
+            print(f"| {a} | {b} | {us:.2f} | {'yes' if same else 'NO'} |")
+
+
+def sweep(V: int) -> None:
+    """The draw kernel's tile and program count (default 2048, 1024)."""
+    graph_sweep(V, 1.0, "draw sweep", ("block", "programs"), itertools.product((512, 1024, 2048, 4096),
+                (256, 1024, 4096)), lambda block, programs: GumbelMaxSampler(block=block, programs=programs),
+                (DRAW_BLOCK, DRAW_PROGRAMS))
 
 
 def check_sweep(V: int) -> None:
-    from triton.testing import do_bench_cudagraph
-
+    """The check pass's tile and warps (module constants of replay_kernels.sample_check, restored after)."""
     from replay_kernels import sample_check
 
+    def make(block: int, warps: int) -> GumbelMaxSampler:
+        sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS = block, warps
+        return GumbelMaxSampler()
+
     default = (sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS)
-    for R in (1, 64, 256):
-        step = Inputs.make(V, R, 0, seed=R, device="cuda").step(0.9)
-        want = GumbelMaxSampler().sample(step).tokens.cpu()
-        print(f"\n## check sweep, plain top-p 0.9 R={R} V={V}: CUDA-graph µs per launch (default {default})")
-        print("| block | warps | µs | tokens equal |\n|---:|---:|---:|---|")
-        for block, warps in itertools.product((1024, 2048, 4096, 8192), (4, 8, 16)):
-            sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS = block, warps
-            impl = GumbelMaxSampler()
-            state = impl.prepare(step)
-            same = bool(torch.equal(impl.sample(step).tokens.cpu(), want))
-            us = 1000 * do_bench_cudagraph(lambda: impl.launch(state), rep=50)
-            print(f"| {block} | {warps} | {us:.2f} | {'yes' if same else 'NO'} |")
+    try:
+        graph_sweep(V, 0.9, "check sweep", ("block", "warps"), itertools.product((1024, 2048, 4096, 8192),
+                    (4, 8, 16)), make, default)
+    finally:
         sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS = default
 
 
