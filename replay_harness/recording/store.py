@@ -413,5 +413,6 @@ class Recording:
         return digest
 
     def digest(self) -> str:
-        """Recording digest: sha256 of the per-step canonical digests, in step order."""
-        return recording_digest(tensor_digest(*self.read_tensors(i)) for i in range(len(self)))
+        """Recording digest: sha256 of the per-step canonical digests, in step order (steps read since their
+        file last changed are not hashed again: :meth:`step_digest`)."""
+        return recording_digest(self.step_digest(i) for i in range(len(self)))

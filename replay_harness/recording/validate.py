@@ -100,23 +100,19 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
 
     # One pass per tensor: a row's max is NaN if it holds a NaN, +inf if it holds +inf (and no NaN), -inf iff
     # every entry is -inf. Only a tensor with a NaN takes the slower scans (a +inf beside a NaN is reported too).
-    logits_max = None
+    neg_inf_rows = None
     for name in ("logits", "draft_logits"):
         if name in t:
             x = t[name]
             row_max = x.amax(1)
-            if name == "logits":
-                logits_max = row_max
-            if bool(torch.isnan(row_max).any()):
+            has_nan = bool(torch.isnan(row_max).any())
+            if has_nan:
                 row = int(torch.nonzero(torch.isnan(row_max))[0])
                 bad(name, f"NaN at row {row}", warning=(nan == "warn"))
-                has_posinf = bool(torch.isposinf(x).any())
-            else:
-                has_posinf = bool(torch.isposinf(row_max).any())
-            if has_posinf:
+            if bool(torch.isposinf(x if has_nan else row_max).any()):
                 bad(name, "+inf logit (only -inf is allowed, for masked tokens)")
-    neg_inf_rows = torch.isneginf(logits_max) if not bool(torch.isnan(logits_max).any()) else \
-        torch.isneginf(logits).all(1)
+            if name == "logits":
+                neg_inf_rows = torch.isneginf(x).all(1) if has_nan else torch.isneginf(row_max)
     for row in torch.nonzero(neg_inf_rows).flatten().tolist():
         bad("logits", f"{NEG_INF_ROW} {row}: every token masked (the reference emits token 0 there, as vLLM "
                       "does; --neg-inf-rows error rejects it)", warning=(neg_inf != "error"))
