@@ -46,9 +46,21 @@ MODE_GREEDY = tl.constexpr(1)    # argmax of the raw row
 MODE_TARGET = tl.constexpr(2)    # Gumbel-max over the processed target row
 MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting ``dtok``
 
-DRAW_BLOCK = 2048        # elements per tile (4096 measured 15% slower on the H200: docs/BENCHMARKS.md)
 DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at (about 8 per SM on an H200)
 REDUCE_CHUNK = 128       # partials reduced per step
+# (launches of fewer rows than, tile, warps per program), measured offline (CUDA graphs, H200, V = 248,320:
+# `python tools/profile_kernels.py --no-profile --warps-sweep`, docs/BENCHMARKS.md): 2048 x 8 warps is the best
+# at R = 1; 1024 x 4 warps is 9% faster than 2048 x 8 at R = 64 and 7% at R = 256 (both 8 elements a thread).
+# The bound of 16 rows between the two was not measured.
+DRAW_SHAPES = ((16, 2048, 8), (1 << 31, 1024, 4))
+DRAW_BLOCK = DRAW_SHAPES[0][1]
+
+
+def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None) -> tuple[int, int]:
+    """(tile, warps per program) of a draw launch over ``num_rows`` rows: ``block`` / ``warps`` when given,
+    else DRAW_SHAPES's. The tile changes no token (ties go to the first index in every split)."""
+    _, table_block, table_warps = next(row for row in DRAW_SHAPES if num_rows < row[0])
+    return block or table_block, warps or table_warps
 
 
 @triton.jit
@@ -193,7 +205,8 @@ class DrawScratch:
     """Per-launch scratch of :func:`_draw_kernel` for R rows: partials [R, splits] float32 / int32 and
     the per-row arrival counters [R] int32 (zero between launches: the last program resets them).
     ``track_top``: the launch also writes each row's largest processed value to ``top`` [R] float32
-    (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top))."""
+    (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top)).
+    ``block`` / ``warps``: the launch's tile and warps per program (:func:`draw_shape`)."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor
@@ -202,17 +215,22 @@ class DrawScratch:
     span: int
     part_top: torch.Tensor
     top: torch.Tensor
+    block: int = DRAW_BLOCK
+    warps: int = 8
     track_top: bool = False
 
     @classmethod
-    def allocate(cls, num_rows: int, vocab: int, block: int, device, programs: int = DRAW_PROGRAMS,
-                 split_as_rows: int | None = None, track_top: bool = False) -> "DrawScratch":
-        """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``)."""
+    def allocate(cls, num_rows: int, vocab: int, block: int | None, device, programs: int = DRAW_PROGRAMS,
+                 split_as_rows: int | None = None, track_top: bool = False,
+                 warps: int | None = None) -> "DrawScratch":
+        """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``);
+        ``block`` / ``warps`` None: from DRAW_SHAPES by ``num_rows``."""
+        block, warps = draw_shape(num_rows, block, warps)
         splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)
         return cls(part_max=torch.empty((rows, splits), **f32),
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
                    part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
-                   top=torch.empty(rows if track_top else 1, **f32), track_top=track_top,
+                   top=torch.empty(rows if track_top else 1, **f32), track_top=track_top, block=block, warps=warps,
                    arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span)

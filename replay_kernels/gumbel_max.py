@@ -29,4 +29,4 @@ class GumbelMaxSampler(PlainSampler):
             p.temp_div, cut_val, cut_idx, s.dummy_f32, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, s.counts_init, s.counts, s.tokens, s.tokens.stride(0),
             d.part_top, d.top, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=False, TOP=d.track_top, BLOCK=self.block, CHUNK=REDUCE_CHUNK, num_warps=8)
+            HAS_DRAFT=False, TOP=d.track_top, BLOCK=d.block, CHUNK=REDUCE_CHUNK, num_warps=d.warps)

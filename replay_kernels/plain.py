@@ -24,7 +24,7 @@ import torch
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 
-from .draw import DRAW_BLOCK, DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
+from .draw import DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import EXTRA_ROUNDS, CheckScratch, launch_check, launch_finish
@@ -77,7 +77,7 @@ class PlainSampler(LaunchSampler):
     rng_contract = "mrv2"
     sample_check = False
 
-    def __init__(self, block: int = DRAW_BLOCK, programs: int = DRAW_PROGRAMS, filter_span: int = FILTER_SPAN):
+    def __init__(self, block: int | None = None, programs: int = DRAW_PROGRAMS, filter_span: int = FILTER_SPAN):
         self.block = block
         self.programs = programs
         self.filter_span = filter_span

@@ -52,7 +52,7 @@ import triton.language as tl
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step
 
-from .draw import (DRAW_BLOCK, DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK,
+from .draw import (DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK,
                    DrawScratch, _draw_kernel, block_argmax)
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, load_processed, prepare_params
@@ -268,7 +268,7 @@ class StochasticSampler(LaunchSampler):
     rng_contract = "mrv2"
     requires_cuda = False
 
-    def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int = DRAW_BLOCK, programs: int = DRAW_PROGRAMS,
+    def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int = DRAW_PROGRAMS,
                  filter_span: int = FILTER_SPAN, stats_span: int | None = None):
         self.stats_block = stats_block
         self.stats_span = stats_span or STATS_TILES * stats_block
@@ -357,5 +357,5 @@ class StochasticSampler(LaunchSampler):
             p.temp_div, p.cut_val, p.cut_idx, s.req_temp, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, s.counts, s.counts, s.tokens, s.tokens.stride(0),
             d.part_top, d.top, v, s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=has_draft, TOP=False, BLOCK=self.draw_block, CHUNK=REDUCE_CHUNK, num_warps=8)
+            HAS_DRAFT=has_draft, TOP=False, BLOCK=d.block, CHUNK=REDUCE_CHUNK, num_warps=d.warps)
         return s.tokens, s.counts

@@ -73,6 +73,7 @@ def graph_sweep(V: int, top_p: float, title: str, names: tuple[str, str], grid, 
     as CUDA-graph replays (µs per launch), its tokens compared with those of ``make(*default)``."""
     from triton.testing import do_bench_cudagraph
 
+    grid = list(grid)  # walked once per R
     for R in (1, 64, 256):
         step = Inputs.make(V, R, 0, seed=R, device="cuda").step(top_p)
         want = make(*default).sample(step).tokens.cpu()
@@ -91,6 +92,24 @@ def sweep(V: int) -> None:
     graph_sweep(V, 1.0, "draw sweep", ("block", "programs"), itertools.product((512, 1024, 2048, 4096),
                 (256, 1024, 4096)), lambda block, programs: GumbelMaxSampler(block=block, programs=programs),
                 (DRAW_BLOCK, DRAW_PROGRAMS))
+
+
+def warps_sweep(V: int) -> None:
+    """The draw kernel's warps per program and tile (replay_kernels.draw.DRAW_SHAPES, restored after);
+    tokens compared with the table's choice."""
+    from replay_kernels import draw
+
+    table = draw.DRAW_SHAPES
+
+    def make(warps: int | None, block: int | None) -> GumbelMaxSampler:
+        draw.DRAW_SHAPES = table if warps is None else ((1 << 31, block, warps),)
+        return GumbelMaxSampler()
+
+    try:
+        graph_sweep(V, 1.0, "draw warps sweep", ("warps", "block"), itertools.product((4, 8, 16), (1024, 2048, 4096)),
+                    make, (None, None))
+    finally:
+        draw.DRAW_SHAPES = table
 
 
 def check_sweep(V: int) -> None:
@@ -115,6 +134,7 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--sweep", action="store_true", help="also sweep the draw kernel's tile and program count")
     ap.add_argument("--check-sweep", action="store_true", help="also sweep the check pass's tile and warps")
+    ap.add_argument("--warps-sweep", action="store_true", help="also sweep the draw kernel's warps and tile")
     ap.add_argument("--no-profile", action="store_true", help="only the sweeps")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -124,6 +144,8 @@ def main() -> None:
         sweep(args.vocab)
     if args.check_sweep:
         check_sweep(args.vocab)
+    if args.warps_sweep:
+        warps_sweep(args.vocab)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # Issue 14 scaling on one host with 2 H200 GPUs (repo root):
 #   run(command="bash tools/run_gpu_scale.sh", kind="nvidia-h200-x2", timeout_s=600)
 # 1. derives a corpus of production-shape recordings with `replay synth` from fixtures/real-draft-model
-#    (R = 256, k = 4, V = 248,320, bf16 as the source; one recording of SCALE_STEPS steps, copied to
-#    SCALE_RECS recordings: ~636 MB a step), and measures the disk's cold read bandwidth on it with 1 and N readers;
+#    (R = 256, k = 4, V = 248,320, bf16 as the source; SCALE_RECS recordings of SCALE_STEPS steps, each with its
+#    own --seed, SYNTH_JOBS in parallel: ~636 MB a step; a corpus an earlier call left in SCALE_DIR with the
+#    same shape is kept, so one measurement may span two calls), and measures the disk's cold read bandwidth on it with 1 and N readers;
 # 2. times the fixed start-up: `replay run` on a one-step fixture with 1 process and under torchrun with N;
 # 3. runs `replay run`, `replay verify` and `replay bench` (impl stochastic) on 1 GPU (no launcher) and on
 #    SCALE_NPROC GPUs (`torchrun --standalone --nproc-per-node N -m replay_harness.cli ...`), each after
@@ -17,7 +18,7 @@
 # SCALE_V [248320], SCALE_STEPS [4], SCALE_RECS [8], SCALE_IMPL [stochastic], VERIFY_STEPS [0],
 # VERIFY_TRIALS [20], BENCH_REPEATS [5], CMD_TIMEOUT [170 s per command], SCALE_DIR [/tmp/scale],
 # SCALE_CORPUS (an existing folder of recordings to use instead: no synth, not deleted), SCALE_COMMANDS
-# [run verify bench], SKIP_DISK_READ, SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda].
+# [run verify bench], SCALE_GPUS [1 $SCALE_NPROC: the process counts measured], SYNTH_JOBS [8], SKIP_DISK_READ, SKIP_RECORDER, PROFILE (cProfile of the 1-process run and verify first), OMP_NUM_THREADS [8 on cuda].
 # CPU check of the script's logic (gloo, tiny sizes, a few minutes):
 #   SCALE_DEVICE=cpu SCALE_R=2 SCALE_K=2 SCALE_V=4096 SCALE_STEPS=2 SCALE_IMPL=reference VERIFY_TRIALS=8 \
 #   BENCH_REPEATS=1 SKIP_RECORDER=1 OUT=/tmp/scale_out bash tools/run_gpu_scale.sh
@@ -30,7 +31,7 @@ DEV="${SCALE_DEVICE:-cuda}"; NPROC="${SCALE_NPROC:-2}"; IMPL="${SCALE_IMPL:-stoc
 R="${SCALE_R:-256}"; K="${SCALE_K:-4}"; V="${SCALE_V:-248320}"; STEPS="${SCALE_STEPS:-4}"; RECS="${SCALE_RECS:-8}"
 VSTEPS="${VERIFY_STEPS:-0}"; TRIALS="${VERIFY_TRIALS:-20}"; REPEATS="${BENCH_REPEATS:-5}"
 LIMIT="${CMD_TIMEOUT:-170}"; DIR="${SCALE_DIR:-/tmp/scale}"; C="${SCALE_CORPUS:-$DIR/corpus}"
-COMMANDS="${SCALE_COMMANDS:-run verify bench}"
+COMMANDS="${SCALE_COMMANDS:-run verify bench}"; GPUS="${SCALE_GPUS:-1 $NPROC}"
 # The same CPU threads per process for 1 and N processes (torchrun would set 1 per rank, a single process
 # would take every core: an unfair comparison of the CPU-side work).
 if [ "$DEV" = cpu ]; then export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"; else export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"; fi
@@ -57,12 +58,19 @@ replay1() { python3 -m replay_harness.cli "$@"; }
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
   df -h "$(dirname "$DIR")" | tail -1; free -g | head -2
   if [ -z "${SCALE_CORPUS:-}" ]; then
-    rm -rf "$DIR"; mkdir -p "$C"
-    t0=$(date +%s)
-    replay1 synth fixtures/real-draft-model --out "$C/rec-0" --batch "$R" --drafts "$K" --vocab "$V" --steps "$STEPS" \
-      --seed 0 --overwrite > "$OUT/synth.txt" || { echo "FATAL: replay synth failed"; exit 3; }
-    for i in $(seq 1 $((RECS - 1))); do cp -r "$C/rec-0" "$C/rec-$i"; done
-    echo "== corpus: $(du -sh "$C" | cut -f1) in $(( $(date +%s) - t0 )) s"
+    tag="R=$R K=$K V=$V RECS=$RECS STEPS=$STEPS"  # a corpus left by an earlier call with the same shape is kept
+    if [ "$(cat "$DIR/corpus.made" 2>/dev/null)" = "$tag" ]; then
+      echo "== corpus (kept from an earlier call): $(du -sh "$C" | cut -f1)"
+    else
+      rm -rf "$DIR"; mkdir -p "$C"
+      t0=$(date +%s)
+      # every recording its own --seed (distinct bytes: no file is read twice), SYNTH_JOBS at a time
+      seq 0 $((RECS - 1)) | xargs -P "${SYNTH_JOBS:-8}" -I{} python3 -m replay_harness.cli synth \
+        fixtures/real-draft-model --out "$C/rec-{}" --batch "$R" --drafts "$K" --vocab "$V" --steps "$STEPS" \
+        --seed {} --overwrite > "$OUT/synth.txt" || { echo "FATAL: replay synth failed"; exit 3; }
+      echo "$tag" > "$DIR/corpus.made"
+      echo "== corpus: $(du -sh "$C" | cut -f1) in $(( $(date +%s) - t0 )) s (${SYNTH_JOBS:-8} synth jobs)"
+    fi
   else
     echo "== corpus (given): $C, $(du -sh "$C" | cut -f1)"; mkdir -p "$DIR"
   fi
@@ -84,12 +92,16 @@ replay1() { python3 -m replay_harness.cli "$@"; }
   fi
   TINY=(run fixtures/synthetic-founding --impl "$IMPL" --device "$DEV" --json --quiet)
   "${ONE[@]}" "${TINY[@]}" > /dev/null 2>&1  # untimed: fills Triton's kernel cache, which every run then loads
-  measured startup-1 1 "${ONE[@]}" "${TINY[@]}"  # start-up alone: interpreter, torch, CUDA, kernels, (NCCL)
-  measured startup-$NPROC "$NPROC" "${TR[@]}" "${TINY[@]}"
+  for n in $GPUS; do  # start-up alone: interpreter, torch, CUDA, kernels, (NCCL)
+    if [ "$n" = 1 ]; then measured startup-1 1 "${ONE[@]}" "${TINY[@]}"
+    else measured "startup-$n" "$n" "${TR[@]}" "${TINY[@]}"; fi
+  done
   for what in $COMMANDS; do
     declare -n cmd="${what^^}"
-    measured "$what-1" 1 "${ONE[@]}" "${cmd[@]}"
-    measured "$what-$NPROC" "$NPROC" "${TR[@]}" "${cmd[@]}"
+    for n in $GPUS; do
+      if [ "$n" = 1 ]; then measured "$what-1" 1 "${ONE[@]}" "${cmd[@]}"
+      else measured "$what-$n" "$n" "${TR[@]}" "${cmd[@]}"; fi
+    done
   done
   if [ -f tools/bench_recorder.py ] && [ -z "${SKIP_RECORDER:-}" ]; then
     echo "== $(date -u +%T) tools/bench_recorder.py"

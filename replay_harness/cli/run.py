@@ -52,7 +52,7 @@ def run(
     from contextlib import ExitStack
 
     from replay_harness.compare import distributed
-    from replay_harness.compare.runner import run_recording
+    from replay_harness.compare.runner import run_recordings
 
     check_json_file(json_file, paths)
     options = (paths, impl, against, impl_arg, impl_timeout, device, nan, neg_inf)
@@ -71,11 +71,12 @@ def run(
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack)
             with progress(f"replay {impl}", sum(len(r) for r in recs), quiet=quiet) as bar:
                 task = bar.add_task("steps", total=sum(len(r) for r in recs))
-                for path, rec in zip(paths, recs):
+
+                def begin(r: int) -> None:
                     for s in loaded:
-                        s.begin_recording(path)
-                    results.append((rec, run_recording(rec, sampler, other, dev,
-                                                       on_step=lambda: bar.advance(task), stats=read)))
+                        s.begin_recording(paths[r])
+                results = list(zip(recs, run_recordings(recs, sampler, other, dev, on_step=lambda: bar.advance(task),
+                                                        stats=read, begin=begin)))
         if not quiet and read.bytes >= READ_REPORT_BYTES:  # what replay read, and how fast (docs/SCALE.md)
             seconds = time.perf_counter() - start
             err.print(f"replay: read {read.bytes / 1e9:.3g} GB of steps in {seconds:.3g} s: "

@@ -116,11 +116,10 @@ class Shard:
         """((recording, step), StepRecord) of this rank's units of ``recs`` (or of ``units``, this rank's
         already), read ahead in a thread (recording/prefetch.py; pinned for a CUDA ``device``); while one
         is worked on (and while it is read) ``current`` names it."""
-        from replay_harness.recording.prefetch import Prefetcher, read_step
+        from replay_harness.recording.prefetch import units_ahead
 
         mine = list(self.units([rec.files for rec in recs])) if units is None else list(units)
-        pin = device is not None and device.type == "cuda"
-        ahead = iter(Prefetcher(mine, lambda unit: read_step(recs[unit[0]], unit[1], pin)))
+        ahead = iter(units_ahead(recs, mine, device))
         try:
             for unit in mine:
                 self.current = unit

@@ -11,7 +11,7 @@ from replay_harness.compare.diff import Comparison, compare_step, recorded_resul
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls import get_impl
 from replay_harness.impls.contract import Sampler, place
-from replay_harness.recording.prefetch import ReadStats, steps_ahead
+from replay_harness.recording.prefetch import ReadStats, units_ahead
 from replay_harness.recording.store import Recording, StepRecord
 
 
@@ -47,13 +47,31 @@ def run_recording(rec: Recording, impl: Sampler, against: str | Sampler, device:
     thread (recording/prefetch.py; default ``REPLAY_PREFETCH_DEPTH`` or 2), so a few are resident at a
     time; ``stats`` gets the bytes and seconds read.
     """
-    cmp, exact, against = start_comparison(rec, impl, against)
-    for index, record in steps_ahead(rec, range(len(rec)), device, depth, stats):
-        replay_step(cmp, rec, index, impl, against, device, exact, record)
+    return run_recordings([rec], impl, against, device, on_step, stats, depth)[0]
+
+
+def run_recordings(recs: list[Recording], impl: Sampler, against: str | Sampler, device: torch.device,
+                   on_step: Callable[[], None] | None = None, stats: ReadStats | None = None,
+                   depth: int | None = None, begin: Callable[[int], None] | None = None) -> list[Comparison]:
+    """:func:`run_recording` of each of ``recs``, with one read-ahead across them (the first step of a
+    recording is read while the last one of the previous recording is replayed); ``begin(r)`` runs before
+    recording r's first step (and for a recording without steps, before the next one's)."""
+    heads = [start_comparison(rec, impl, against) for rec in recs]
+    units = [(r, i) for r, rec in enumerate(recs) for i in range(len(rec))]
+    begun = 0
+    for (r, i), record in units_ahead(recs, units, device, depth, stats):
+        while begin is not None and begun <= r:
+            begin(begun)
+            begun += 1
+        cmp, exact, other = heads[r]
+        replay_step(cmp, recs[r], i, impl, other, device, exact, record)
         del record
         if on_step:
             on_step()
-    return cmp
+    while begin is not None and begun < len(recs):
+        begin(begun)
+        begun += 1
+    return [cmp for cmp, _, _ in heads]
 
 
 def start_comparison(rec: Recording, impl: Sampler,

@@ -67,15 +67,15 @@ def gumbel_draw(scores: torch.Tensor, seed: int, pos: int) -> int:
 
 
 def accept_test(target: torch.Tensor, draft_token: int, draft: torch.Tensor | None, seed: int,
-                pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+                pos: int, u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(log p(d), log u + log q(d)) for the stochastic accept test; accept iff the first is greater.
 
     target: [V] processed target logits; draft: [V] draft logits divided by the temperature, or None
-    (one-hot draft, log q = 0).
+    (one-hot draft, log q = 0); u: ``accept_uniform(seed, pos)`` when the caller computed it already.
     """
     log_p = target[draft_token] - torch.logsumexp(target, 0)
     log_q = 0.0 if draft is None else draft[draft_token] - torch.logsumexp(draft, 0)
-    u = accept_uniform(torch.tensor(seed), torch.tensor(pos))
+    u = accept_uniform(torch.tensor(seed), torch.tensor(pos)) if u is None else u
     return log_p, torch.log(u) + log_q
 
 
@@ -97,11 +97,12 @@ def verify_request(logits: torch.Tensor, drafts: list[int], positions: list[int]
         return out + [argmax_first(logits[k])]
 
     out = []
+    uniforms = accept_uniform(torch.tensor(seed), torch.tensor(positions[:k], dtype=torch.int64))  # one Philox call per request
     for i, d in enumerate(drafts):
         if d < 0:  # placeholder: verification ends, draw from the target at this row
             return out + [gumbel_draw(logits[i], seed, positions[i])]
         q = None if draft_logits is None else draft_logits[i].float() / temperature
-        log_p, threshold = accept_test(logits[i], d, q, seed, positions[i])
+        log_p, threshold = accept_test(logits[i], d, q, seed, positions[i], uniforms[i])
         if bool(log_p > threshold):
             out.append(d)
             continue

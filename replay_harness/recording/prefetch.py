@@ -143,6 +143,14 @@ def steps_ahead(rec: Any, indices: Iterable[int], device: torch.device | None = 
     return Prefetcher(indices, lambda i: read_step(rec, i, pin, stats), depth)
 
 
+def units_ahead(recs: Any, units: Iterable[tuple[int, int]], device: torch.device | None = None,
+                depth: int | None = None, stats: ReadStats | None = None) -> Prefetcher[tuple[int, int]]:
+    """The Prefetcher of (recording, step) ``units`` of several recordings ``recs``: ((r, i), StepRecord),
+    one read-ahead across recordings (the next recording's first step is read during the last one's)."""
+    pin = device is not None and device.type == "cuda"
+    return Prefetcher(units, lambda u: read_step(recs[u[0]], u[1], pin, stats), depth)
+
+
 def _size(path: os.PathLike) -> int:
     try:
         return os.path.getsize(path)
