@@ -46,21 +46,23 @@ MODE_GREEDY = tl.constexpr(1)    # argmax of the raw row
 MODE_TARGET = tl.constexpr(2)    # Gumbel-max over the processed target row
 MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting ``dtok``
 
-DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at (about 8 per SM on an H200)
+DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 rows (about 8 per SM on an H200)
 REDUCE_CHUNK = 128       # partials reduced per step
-# (launches of fewer rows than, tile, warps per program), measured offline (CUDA graphs, H200, V = 248,320:
-# `python tools/profile_kernels.py --no-profile --warps-sweep`, docs/BENCHMARKS.md): 2048 x 8 warps is the best
-# at R = 1; 1024 x 4 warps is 9% faster than 2048 x 8 at R = 64 and 7% at R = 256 (both 8 elements a thread).
-# The bound of 16 rows between the two was not measured.
-DRAW_SHAPES = ((16, 2048, 8), (1 << 31, 1024, 4))
+# (launches of fewer rows than, tile, warps per program, programs per launch), measured offline (CUDA graphs,
+# H200, V = 248,320: `python tools/profile_kernels.py --no-profile --warps-sweep` and `--sweep`,
+# docs/BENCHMARKS.md): 2048 x 8 warps is the best at R = 1 (where 122 tiles cap the programs); 1024 x 4 warps
+# x 2048 programs is 10% faster than 2048 x 8 x 1024 at R = 64 and at R = 256 (8 elements a thread either
+# way). The bound of 16 rows between the two was not measured.
+DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, 2048))
 DRAW_BLOCK = DRAW_SHAPES[0][1]
 
 
-def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None) -> tuple[int, int]:
-    """(tile, warps per program) of a draw launch over ``num_rows`` rows: ``block`` / ``warps`` when given,
-    else DRAW_SHAPES's. The tile changes no token (ties go to the first index in every split)."""
-    _, table_block, table_warps = next(row for row in DRAW_SHAPES if num_rows < row[0])
-    return block or table_block, warps or table_warps
+def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,
+               programs: int | None = None) -> tuple[int, int, int]:
+    """(tile, warps per program, programs per launch) of a draw over ``num_rows`` rows: each one given, else
+    DRAW_SHAPES's. Neither changes a token (ties go to the first index in every split)."""
+    _, table_block, table_warps, table_programs = next(row for row in DRAW_SHAPES if num_rows < row[0])
+    return block or table_block, warps or table_warps, programs or table_programs
 
 
 @triton.jit
@@ -220,12 +222,12 @@ class DrawScratch:
     track_top: bool = False
 
     @classmethod
-    def allocate(cls, num_rows: int, vocab: int, block: int | None, device, programs: int = DRAW_PROGRAMS,
+    def allocate(cls, num_rows: int, vocab: int, block: int | None, device, programs: int | None = None,
                  split_as_rows: int | None = None, track_top: bool = False,
                  warps: int | None = None) -> "DrawScratch":
         """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``);
-        ``block`` / ``warps`` None: from DRAW_SHAPES by ``num_rows``."""
-        block, warps = draw_shape(num_rows, block, warps)
+        ``block`` / ``warps`` / ``programs`` None: from DRAW_SHAPES by ``num_rows``."""
+        block, warps, programs = draw_shape(num_rows, block, warps, programs)
         splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)

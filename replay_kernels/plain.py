@@ -77,7 +77,7 @@ class PlainSampler(LaunchSampler):
     rng_contract = "mrv2"
     sample_check = False
 
-    def __init__(self, block: int | None = None, programs: int = DRAW_PROGRAMS, filter_span: int = FILTER_SPAN):
+    def __init__(self, block: int | None = None, programs: int | None = None, filter_span: int = FILTER_SPAN):
         self.block = block
         self.programs = programs
         self.filter_span = filter_span
@@ -109,7 +109,8 @@ class PlainSampler(LaunchSampler):
         check = round_draw = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span)
-            round_draw = DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs,
+            round_draw = DrawScratch.allocate(r_count, step.vocab_size, self.block, device,
+                                              self.programs or DRAW_PROGRAMS,  # later rounds: measured so
                                               split_as_rows=max(1, r_count // ROUND_SPLIT_FACTOR))
         return PlainState(
             logits=logits, params=params, check=check, round_draw=round_draw,

@@ -52,7 +52,7 @@ import triton.language as tl
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step
 
-from .draw import (DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK,
+from .draw import (MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK,
                    DrawScratch, _draw_kernel, block_argmax)
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, load_processed, prepare_params
@@ -268,7 +268,7 @@ class StochasticSampler(LaunchSampler):
     rng_contract = "mrv2"
     requires_cuda = False
 
-    def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int = DRAW_PROGRAMS,
+    def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int | None = None,
                  filter_span: int = FILTER_SPAN, stats_span: int | None = None):
         self.stats_block = stats_block
         self.stats_span = stats_span or STATS_TILES * stats_block

@@ -24,7 +24,7 @@ from collections import defaultdict
 import torch
 
 from replay_harness.bench.kernels.cases import Inputs
-from replay_kernels.draw import DRAW_BLOCK, DRAW_PROGRAMS
+from replay_kernels.draw import DRAW_PROGRAMS
 from replay_kernels.gumbel_max import GumbelMaxSampler
 from replay_kernels.stochastic import StochasticSampler
 
@@ -88,10 +88,10 @@ def graph_sweep(V: int, top_p: float, title: str, names: tuple[str, str], grid, 
 
 
 def sweep(V: int) -> None:
-    """The draw kernel's tile and program count (default 2048, 1024)."""
+    """The draw kernel's tile and program count (warps from draw.DRAW_SHAPES by rows)."""
     graph_sweep(V, 1.0, "draw sweep", ("block", "programs"), itertools.product((512, 1024, 2048, 4096),
-                (256, 1024, 4096)), lambda block, programs: GumbelMaxSampler(block=block, programs=programs),
-                (DRAW_BLOCK, DRAW_PROGRAMS))
+                (256, 1024, 2048, 4096)), lambda block, programs: GumbelMaxSampler(block=block, programs=programs),
+                (None, None))
 
 
 def warps_sweep(V: int) -> None:
@@ -102,7 +102,7 @@ def warps_sweep(V: int) -> None:
     table = draw.DRAW_SHAPES
 
     def make(warps: int | None, block: int | None) -> GumbelMaxSampler:
-        draw.DRAW_SHAPES = table if warps is None else ((1 << 31, block, warps),)
+        draw.DRAW_SHAPES = table if warps is None else ((1 << 31, block, warps, DRAW_PROGRAMS),)
         return GumbelMaxSampler()
 
     try:
