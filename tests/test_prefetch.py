@@ -137,3 +137,37 @@ def test_a_bad_step_is_the_usual_one_line_error_after_the_steps_before_it(big_re
         runner.run_recording(Recording(rec_path), get_impl("reference"), "recorded", torch.device("cpu"),
                              on_step=lambda: steps.append(1), depth=2)
     assert len(steps) == 5 and "\n" not in str(info.value)
+
+
+def test_run_recordings_reads_the_next_recording_ahead_and_begins_each_in_order(big_recording, tmp_path, monkeypatch):
+    """One read-ahead across recordings: the next recording's first step is read while the previous
+    recording's last step is replayed (it restarted per recording before); ``begin(r)`` runs just before
+    recording r's first step; the Comparisons equal one run per recording."""
+    import shutil
+
+    shutil.copytree(big_recording.path, tmp_path / "second")
+    recs = [big_recording, Recording(tmp_path / "second")]
+    events = []
+    read = prefetch.read_step
+
+    def logged_read(rec, index, *a, **k):
+        events.append(("read", recs.index(rec), index))
+        return read(rec, index, *a, **k)
+
+    class Slow(type(get_impl("reference"))):
+        def sample(self, step):
+            events.append(("sample",))
+            time.sleep(0.05)  # the reader thread has time to run ahead
+            return super().sample(step)
+
+    monkeypatch.setattr(prefetch, "read_step", logged_read)
+    got = runner.run_recordings(recs, Slow(), "recorded", torch.device("cpu"), depth=2,
+                                begin=lambda r: events.append(("begin", r)))
+    begins = [i for i, e in enumerate(events) if e[0] == "begin"]
+    samples = [i for i, e in enumerate(events) if e[0] == "sample"]
+    assert [events[i] for i in begins] == [("begin", 0), ("begin", 1)]
+    assert begins[0] < samples[0] and samples[7] < begins[1] < samples[8]  # 8 steps each
+    assert events.index(("read", 1, 0)) < samples[7]  # read during recording 0's last step, not after it
+    monkeypatch.setattr(prefetch, "read_step", read)
+    want = [runner.run_recording(rec, get_impl("reference"), "recorded", torch.device("cpu"), depth=0) for rec in recs]
+    assert [c.to_dict() for c in got] == [c.to_dict() for c in want]

@@ -39,8 +39,13 @@ def _run(argv: list[str], cwd: Path | None = None) -> str:
 
 
 def commit() -> str:
+    """The checkout's commit, with "+ uncommitted changes" when tracked files differ from it (a copied working
+    tree, e.g. on a lent GPU machine, can carry an older HEAD than its files). Read-only: writes nothing to git."""
     out = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO)
-    return "unknown" if out.startswith("unavailable") else out
+    if out.startswith("unavailable"):
+        return "unknown"
+    changed = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO)
+    return f"{out} + uncommitted changes" if changed and not changed.startswith("unavailable") else out
 
 
 def environment(device: torch.device) -> dict:
