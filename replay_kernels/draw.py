@@ -54,7 +54,6 @@ REDUCE_CHUNK = 128       # partials reduced per step
 # x 2048 programs is 10% faster than 2048 x 8 x 1024 at R = 64 and at R = 256 (8 elements a thread either
 # way). The bound of 16 rows between the two was not measured.
 DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, 2048))
-DRAW_BLOCK = DRAW_SHAPES[0][1]
 
 
 def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,
@@ -217,8 +216,8 @@ class DrawScratch:
     span: int
     part_top: torch.Tensor
     top: torch.Tensor
-    block: int = DRAW_BLOCK
-    warps: int = 8
+    block: int
+    warps: int
     track_top: bool = False
 
     @classmethod
