@@ -92,16 +92,14 @@ replay1() { python3 -m replay_harness.cli "$@"; }
   fi
   TINY=(run fixtures/synthetic-founding --impl "$IMPL" --device "$DEV" --json --quiet)
   "${ONE[@]}" "${TINY[@]}" > /dev/null 2>&1  # untimed: fills Triton's kernel cache, which every run then loads
-  for n in $GPUS; do  # start-up alone: interpreter, torch, CUDA, kernels, (NCCL)
-    if [ "$n" = 1 ]; then measured startup-1 1 "${ONE[@]}" "${TINY[@]}"
-    else measured "startup-$n" "$n" "${TR[@]}" "${TINY[@]}"; fi
-  done
+  on() {  # on NAME N ARGS...: `measured NAME-N` of the CLI with ARGS, one process (N = 1) or under torchrun
+    local name=$1 n=$2; shift 2
+    if [ "$n" = 1 ]; then measured "$name-1" 1 "${ONE[@]}" "$@"; else measured "$name-$n" "$n" "${TR[@]}" "$@"; fi
+  }
+  for n in $GPUS; do on startup "$n" "${TINY[@]}"; done  # start-up alone: interpreter, torch, CUDA, kernels, (NCCL)
   for what in $COMMANDS; do
     declare -n cmd="${what^^}"
-    for n in $GPUS; do
-      if [ "$n" = 1 ]; then measured "$what-1" 1 "${ONE[@]}" "${cmd[@]}"
-      else measured "$what-$n" "$n" "${TR[@]}" "${cmd[@]}"; fi
-    done
+    for n in $GPUS; do on "$what" "$n" "${cmd[@]}"; done
   done
   if [ -f tools/bench_recorder.py ] && [ -z "${SKIP_RECORDER:-}" ]; then
     echo "== $(date -u +%T) tools/bench_recorder.py"

@@ -37,7 +37,7 @@ import torch
 from replay_harness.checks.findings import AuditResult, Finding, Term, TestResult
 from replay_harness.checks.tails import format_p, poisson_binomial_log_tail
 from replay_harness.oracle.near_tie import NEAR_TIE_TOL
-from replay_harness.recording.prefetch import steps_ahead
+from replay_harness.recording.prefetch import units_ahead
 from replay_harness.recording.store import Recording
 from replay_harness.oracle.sampling_params import apply_sampling_params, normalized_top_k
 from replay_harness.recording.step import Step
@@ -344,7 +344,8 @@ def audit_recording(path: str, *, nan: str = "error", finding_p: float = FINDING
     rec = Recording(path, nan=nan)
     result = AuditResult(path=str(path), synthetic=rec.synthetic, engine_tokens=rec.has_engine_tokens)
     col = _Collector(result)
-    for _, record in (steps_ahead(rec, range(len(rec))) if result.engine_tokens else enumerate(range(len(rec)))):
+    steps = [(0, i) for i in range(len(rec))]
+    for _, record in (units_ahead([rec], steps) if result.engine_tokens else enumerate(steps)):
         if result.engine_tokens:  # steps read ahead by a thread, a few resident (recording/prefetch.py)
             col.step(record.index, record.step, record.emitted.tokens.long(), record.emitted.counts)
         else:

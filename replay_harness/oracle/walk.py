@@ -97,7 +97,7 @@ def verify_request(logits: torch.Tensor, drafts: list[int], positions: list[int]
         return out + [argmax_first(logits[k])]
 
     out = []
-    uniforms = accept_uniform(torch.tensor(seed), torch.tensor(positions[:k], dtype=torch.int64))  # one Philox call per request
+    uniforms = accept_uniform(torch.tensor(seed), torch.tensor(positions[:k], dtype=torch.int64))  # one Philox call
     for i, d in enumerate(drafts):
         if d < 0:  # placeholder: verification ends, draw from the target at this row
             return out + [gumbel_draw(logits[i], seed, positions[i])]

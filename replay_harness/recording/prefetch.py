@@ -136,13 +136,6 @@ def read_step(rec: Any, index: int, pin: bool = False, stats: ReadStats | None =
     return record
 
 
-def steps_ahead(rec: Any, indices: Iterable[int], device: torch.device | None = None, depth: int | None = None,
-                stats: ReadStats | None = None) -> Prefetcher[int]:
-    """The Prefetcher of ``rec``'s steps ``indices``: (index, StepRecord), pinned for a CUDA ``device``."""
-    pin = device is not None and device.type == "cuda"
-    return Prefetcher(indices, lambda i: read_step(rec, i, pin, stats), depth)
-
-
 def units_ahead(recs: Any, units: Iterable[tuple[int, int]], device: torch.device | None = None,
                 depth: int | None = None, stats: ReadStats | None = None) -> Prefetcher[tuple[int, int]]:
     """The Prefetcher of (recording, step) ``units`` of several recordings ``recs``: ((r, i), StepRecord),
