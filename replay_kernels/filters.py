@@ -20,7 +20,8 @@ launches settle one search and set up the next. Launches per step: 1 stats
 pass, 8 rounds + 1 for top-k (only when some row has top-k), 1 sum pass (only
 with min-p or top-k), 8 rounds + 1 tie pass + 5 index rounds for top-p (only
 when some row has top-p), and 4 small settle / setup launches. A row that has
-converged, or does not use a stage, exits its programs after one load. Inside a
+converged, or does not use a stage, exits its programs after one load; so does a row -1 in ``rows``
+(a free slot of a list the verify fallback fills on the device). Inside a
 round only the lanes that can separate the candidates do the 16-way compare (keys
 inside the interval; top-p carries the mass below it from round to round, so the
 other lanes skip their exp), and a tile without such a lane skips it: after the
@@ -93,18 +94,19 @@ def _stats_kernel(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, V,
     f = tl.program_id(0)
     s = tl.program_id(1)
     row = tl.load(rows_ptr + f)
-    t = tl.load(temp_ptr + row)
-    row_ptr = logits_ptr + row.to(tl.int64) * stride
-    m = tl.full((), float("-inf"), tl.float32)
-    acc = tl.zeros((), tl.float32)
-    for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
-        x = _clean(row_ptr, start + tl.arange(0, BLOCK), V, t)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        if m_new > float("-inf"):
-            acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
-        m = m_new
-    tl.store(pmax_ptr + f * SPLITS + s, m)
-    tl.store(psum_ptr + f * SPLITS + s, acc)
+    if row >= 0:
+        t = tl.load(temp_ptr + row)
+        row_ptr = logits_ptr + row.to(tl.int64) * stride
+        m = tl.full((), float("-inf"), tl.float32)
+        acc = tl.zeros((), tl.float32)
+        for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+            x = _clean(row_ptr, start + tl.arange(0, BLOCK), V, t)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            if m_new > float("-inf"):
+                acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
+            m = m_new
+        tl.store(pmax_ptr + f * SPLITS + s, m)
+        tl.store(psum_ptr + f * SPLITS + s, acc)
 
 
 @triton.jit
@@ -115,8 +117,8 @@ def _mass_kernel(logits_ptr, stride, rows_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr
     f = tl.program_id(0)
     s = tl.program_id(1)
     L = tl.load(lo_ptr + f)
-    if L < float("inf"):
-        row = tl.load(rows_ptr + f)
+    row = tl.load(rows_ptr + f)
+    if (L < float("inf")) & (row >= 0):
         t = tl.load(temp_ptr + row)
         M = tl.load(m_ptr + f)
         row_ptr = logits_ptr + row.to(tl.int64) * stride
@@ -181,57 +183,58 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
     lane skips it. As the interval narrows most tiles stop after the load."""
     f = tl.program_id(0)
     s = tl.program_id(1)
-    lo = tl.load(lo_in + f)
-    hi = tl.load(hi_in + f)
-    below = tl.load(base_in + f)
-    if not FIRST:
+    if tl.load(rows_ptr + f) >= 0:  # -1: a free slot of a list filled on the device
+        lo = tl.load(lo_in + f)
+        hi = tl.load(hi_in + f)
+        below = tl.load(base_in + f)
+        if not FIRST:
+            if lo < hi:
+                kk = tl.load(topk_ptr + tl.load(rows_ptr + f))
+                lo, hi, below = _settle(lo, hi, below, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
+                                        tl.load(omp_ptr + f), tl.load(ndrop_ptr + f), MODE, NC)
+        if s == 0:
+            tl.store(lo_out + f, lo)
+            tl.store(hi_out + f, hi)
+            tl.store(base_out + f, below)
         if lo < hi:
-            kk = tl.load(topk_ptr + tl.load(rows_ptr + f))
-            lo, hi, below = _settle(lo, hi, below, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
-                                    tl.load(omp_ptr + f), tl.load(ndrop_ptr + f), MODE, NC)
-    if s == 0:
-        tl.store(lo_out + f, lo)
-        tl.store(hi_out + f, hi)
-        tl.store(base_out + f, below)
-    if lo < hi:
-        row = tl.load(rows_ptr + f)
-        t = tl.load(temp_ptr + row)
-        row_ptr = logits_ptr + row.to(tl.int64) * stride
-        L = tl.load(bound_ptr + f)
-        M = tl.load(m_ptr + f)
-        vstar = tl.load(vstar_ptr + f)
-        cands = _candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
-        cnt = tl.zeros([NC], dtype=tl.int32)
-        mass = tl.zeros([NC], dtype=tl.float32)
-        for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            valid = offs < V
-            x = _clean(row_ptr, offs, V, t)
-            if MODE == SEARCH_TOPK:
-                key = float_key(x)
-                cnt += tl.sum((valid & (key >= hi)).to(tl.int32), axis=0)
-                inside = valid & (key > lo) & (key < hi)
-                if tl.max(inside.to(tl.int32), axis=0) > 0:
-                    hit = inside[:, None] & (key[:, None] >= cands[None, :])
-                    cnt += tl.sum(hit.to(tl.int32), axis=0)
-            elif MODE == SEARCH_TOPP:
-                key = float_key(x)
-                inside = valid & (key >= lo) & (key < hi) & (x >= L) & (x > float("-inf"))
-                if tl.max(inside.to(tl.int32), axis=0) > 0:
-                    e = tl.where(inside, tl.exp(x - M), 0.0)
-                    hit = key[:, None] < cands[None, :]
-                    mass += tl.sum(tl.where(hit, e[:, None], 0.0), axis=0)
+            row = tl.load(rows_ptr + f)
+            t = tl.load(temp_ptr + row)
+            row_ptr = logits_ptr + row.to(tl.int64) * stride
+            L = tl.load(bound_ptr + f)
+            M = tl.load(m_ptr + f)
+            vstar = tl.load(vstar_ptr + f)
+            cands = _candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
+            cnt = tl.zeros([NC], dtype=tl.int32)
+            mass = tl.zeros([NC], dtype=tl.float32)
+            for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                valid = offs < V
+                x = _clean(row_ptr, offs, V, t)
+                if MODE == SEARCH_TOPK:
+                    key = float_key(x)
+                    cnt += tl.sum((valid & (key >= hi)).to(tl.int32), axis=0)
+                    inside = valid & (key > lo) & (key < hi)
+                    if tl.max(inside.to(tl.int32), axis=0) > 0:
+                        hit = inside[:, None] & (key[:, None] >= cands[None, :])
+                        cnt += tl.sum(hit.to(tl.int32), axis=0)
+                elif MODE == SEARCH_TOPP:
+                    key = float_key(x)
+                    inside = valid & (key >= lo) & (key < hi) & (x >= L) & (x > float("-inf"))
+                    if tl.max(inside.to(tl.int32), axis=0) > 0:
+                        e = tl.where(inside, tl.exp(x - M), 0.0)
+                        hit = key[:, None] < cands[None, :]
+                        mass += tl.sum(tl.where(hit, e[:, None], 0.0), axis=0)
+                else:
+                    tie = valid & (x == vstar)
+                    if tl.max(tie.to(tl.int32), axis=0) > 0:
+                        hit = tie[:, None] & (offs[:, None] < cands[None, :])
+                        cnt += tl.sum(hit.to(tl.int32), axis=0)
+            base = (f * SPLITS + s) * NC
+            j = tl.arange(0, NC)
+            if MODE == SEARCH_TOPP:
+                tl.store(mass_out + base + j, mass)
             else:
-                tie = valid & (x == vstar)
-                if tl.max(tie.to(tl.int32), axis=0) > 0:
-                    hit = tie[:, None] & (offs[:, None] < cands[None, :])
-                    cnt += tl.sum(hit.to(tl.int32), axis=0)
-        base = (f * SPLITS + s) * NC
-        j = tl.arange(0, NC)
-        if MODE == SEARCH_TOPP:
-            tl.store(mass_out + base + j, mass)
-        else:
-            tl.store(cnt_out + base + j, cnt)
+                tl.store(cnt_out + base + j, cnt)
 
 
 @triton.jit
@@ -242,102 +245,105 @@ def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, 
     """Grid (F,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
     f = tl.program_id(0)
     row = tl.load(rows_ptr + f)
-    kk = tl.load(topk_ptr + row)
-    p = tl.load(topp_ptr + row)
-    zero64 = tl.zeros((), tl.int64)
-    if STEP == STEP_AFTER_STATS:
-        M = tl.full((), float("-inf"), tl.float32)
-        for s in range(0, SPLITS):
-            M = tl.maximum(M, tl.load(pmax_ptr + f * SPLITS + s))
-        S0 = tl.zeros((), tl.float32)
-        for s in range(0, SPLITS):
-            ms = tl.load(pmax_ptr + f * SPLITS + s)
-            S0 += tl.where(ms > float("-inf"), tl.load(psum_ptr + f * SPLITS + s) * tl.exp(ms - M), 0.0)
-        L = M + tl.load(logminp_ptr + row)
-        L = tl.where(L != L, float("-inf"), L)
-        tl.store(m_ptr + f, M)
-        tl.store(s0_ptr + f, S0)
-        tl.store(bound_ptr + f, L)
-        tl.store(sum_bound_ptr + f, tl.where((p < 1.0) & (M > float("-inf")) & (L > float("-inf")), L, float("inf")))
-        active = kk < V
-        tl.store(lo_out + f, tl.where(active, float_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64), zero64))
-        tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
-    elif STEP == STEP_AFTER_TOPK:
-        L = tl.load(bound_ptr + f)
-        if kk < V:
-            lo = tl.load(lo_in + f)
-            hi = tl.load(hi_in + f)
-            if lo < hi:
-                lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, 0, SEARCH_TOPK, NC)
-            L = tl.maximum(L, key_to_float(lo))
-            tl.store(bound_ptr + f, L)
-            M = tl.load(m_ptr + f)
-            tl.store(sum_bound_ptr + f, tl.where((p < 1.0) & (M > float("-inf")) & (L > float("-inf")), L,
-                                                 float("inf")))
-    elif STEP == STEP_BEFORE_TOPP:
-        M = tl.load(m_ptr + f)
-        L = tl.load(bound_ptr + f)
-        S = tl.load(s0_ptr + f)
-        if HAS_BOUND_PASS:
-            if L > float("-inf"):
-                S = tl.zeros((), tl.float32)
-                for s in range(0, SPLITS):
-                    S += tl.load(psum_ptr + f * SPLITS + s)
-        tl.store(s_ptr + f, S)
-        tl.store(omp_ptr + f, 1.0 - p)
-        active = (p < 1.0) & (M > float("-inf"))
-        tl.store(lo_out + f, tl.where(active, float_key(L).to(tl.int64), zero64))
-        tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
-        tl.store(base_out + f, 0.0)  # no kept mass below key(L)
-    elif STEP == STEP_AFTER_TOPP:
-        M = tl.load(m_ptr + f)
-        L = tl.load(bound_ptr + f)
-        active = (p < 1.0) & (M > float("-inf"))
-        vstar = tl.full((), float("inf"), tl.float32)
-        if active:
-            lo = tl.load(lo_in + f)
-            hi = tl.load(hi_in + f)
-            if lo < hi:
-                lo, hi, _ = _settle(lo, hi, tl.load(base_in + f), cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
-                                    tl.load(omp_ptr + f), 0, SEARCH_TOPP, NC)
-            vstar = key_to_float(lo)
-        tl.store(vstar_ptr + f, vstar)
-        tl.store(sum_bound_ptr + f, tl.where(active, L, float("inf")))
-    elif STEP == STEP_BEFORE_IDX:
-        vstar = tl.load(vstar_ptr + f)
-        ndrop = tl.zeros((), tl.int32)
-        if vstar < float("inf"):
-            m = tl.zeros((), tl.int32)
-            below = tl.zeros((), tl.float32)
+    if row >= 0:  # -1: a free slot of a list filled on the device
+        kk = tl.load(topk_ptr + row)
+        p = tl.load(topp_ptr + row)
+        zero64 = tl.zeros((), tl.int64)
+        if STEP == STEP_AFTER_STATS:
+            M = tl.full((), float("-inf"), tl.float32)
             for s in range(0, SPLITS):
-                m += tl.load(pcnt_ptr + f * SPLITS + s)
-                below += tl.load(psum_ptr + f * SPLITS + s)
-            if m > 1:
-                S = tl.load(s_ptr + f)
-                pv = tl.exp(vstar - tl.load(m_ptr + f)) / S
-                ndrop_f = tl.floor((tl.load(omp_ptr + f) - below / S) / pv)
-                ndrop_f = tl.minimum(tl.maximum(ndrop_f, 0.0), (m - 1).to(tl.float32))
-                ndrop = ndrop_f.to(tl.int32)
-        tl.store(ndrop_ptr + f, ndrop)
-        tl.store(lo_out + f, zero64)
-        tl.store(hi_out + f, tl.where(ndrop > 0, zero64 + (V - 1), zero64))
-    else:  # STEP_FINAL
-        cut_val = tl.load(bound_ptr + f)
-        cut_idx = tl.zeros((), tl.int32)
-        if HAS_TOPP:
+                M = tl.maximum(M, tl.load(pmax_ptr + f * SPLITS + s))
+            S0 = tl.zeros((), tl.float32)
+            for s in range(0, SPLITS):
+                ms = tl.load(pmax_ptr + f * SPLITS + s)
+                S0 += tl.where(ms > float("-inf"), tl.load(psum_ptr + f * SPLITS + s) * tl.exp(ms - M), 0.0)
+            L = M + tl.load(logminp_ptr + row)
+            L = tl.where(L != L, float("-inf"), L)
+            tl.store(m_ptr + f, M)
+            tl.store(s0_ptr + f, S0)
+            tl.store(bound_ptr + f, L)
+            use_sum = (p < 1.0) & (M > float("-inf")) & (L > float("-inf"))
+            tl.store(sum_bound_ptr + f, tl.where(use_sum, L, float("inf")))
+            active = kk < V
+            lowest = float_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64)
+            tl.store(lo_out + f, tl.where(active, lowest, zero64))
+            tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
+        elif STEP == STEP_AFTER_TOPK:
+            L = tl.load(bound_ptr + f)
+            if kk < V:
+                lo = tl.load(lo_in + f)
+                hi = tl.load(hi_in + f)
+                if lo < hi:
+                    lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, 0, SEARCH_TOPK, NC)
+                L = tl.maximum(L, key_to_float(lo))
+                tl.store(bound_ptr + f, L)
+                M = tl.load(m_ptr + f)
+                tl.store(sum_bound_ptr + f, tl.where((p < 1.0) & (M > float("-inf")) & (L > float("-inf")), L,
+                                                     float("inf")))
+        elif STEP == STEP_BEFORE_TOPP:
+            M = tl.load(m_ptr + f)
+            L = tl.load(bound_ptr + f)
+            S = tl.load(s0_ptr + f)
+            if HAS_BOUND_PASS:
+                if L > float("-inf"):
+                    S = tl.zeros((), tl.float32)
+                    for s in range(0, SPLITS):
+                        S += tl.load(psum_ptr + f * SPLITS + s)
+            tl.store(s_ptr + f, S)
+            tl.store(omp_ptr + f, 1.0 - p)
+            active = (p < 1.0) & (M > float("-inf"))
+            tl.store(lo_out + f, tl.where(active, float_key(L).to(tl.int64), zero64))
+            tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
+            tl.store(base_out + f, 0.0)  # no kept mass below key(L)
+        elif STEP == STEP_AFTER_TOPP:
+            M = tl.load(m_ptr + f)
+            L = tl.load(bound_ptr + f)
+            active = (p < 1.0) & (M > float("-inf"))
+            vstar = tl.full((), float("inf"), tl.float32)
+            if active:
+                lo = tl.load(lo_in + f)
+                hi = tl.load(hi_in + f)
+                if lo < hi:
+                    lo, hi, _ = _settle(lo, hi, tl.load(base_in + f), cnt_in, mass_in, f, SPLITS, kk,
+                                        tl.load(s_ptr + f), tl.load(omp_ptr + f), 0, SEARCH_TOPP, NC)
+                vstar = key_to_float(lo)
+            tl.store(vstar_ptr + f, vstar)
+            tl.store(sum_bound_ptr + f, tl.where(active, L, float("inf")))
+        elif STEP == STEP_BEFORE_IDX:
             vstar = tl.load(vstar_ptr + f)
+            ndrop = tl.zeros((), tl.int32)
             if vstar < float("inf"):
-                cut_val = vstar
-                ndrop = tl.load(ndrop_ptr + f)
-                if ndrop > 0:
-                    lo = tl.load(lo_in + f)
-                    hi = tl.load(hi_in + f)
-                    if lo < hi:
-                        lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, ndrop, SEARCH_IDX,
-                                            NC)
-                    cut_idx = lo.to(tl.int32)
-        tl.store(cut_val_ptr + row, cut_val)
-        tl.store(cut_idx_ptr + row, cut_idx)
+                m = tl.zeros((), tl.int32)
+                below = tl.zeros((), tl.float32)
+                for s in range(0, SPLITS):
+                    m += tl.load(pcnt_ptr + f * SPLITS + s)
+                    below += tl.load(psum_ptr + f * SPLITS + s)
+                if m > 1:
+                    S = tl.load(s_ptr + f)
+                    pv = tl.exp(vstar - tl.load(m_ptr + f)) / S
+                    ndrop_f = tl.floor((tl.load(omp_ptr + f) - below / S) / pv)
+                    ndrop_f = tl.minimum(tl.maximum(ndrop_f, 0.0), (m - 1).to(tl.float32))
+                    ndrop = ndrop_f.to(tl.int32)
+            tl.store(ndrop_ptr + f, ndrop)
+            tl.store(lo_out + f, zero64)
+            tl.store(hi_out + f, tl.where(ndrop > 0, zero64 + (V - 1), zero64))
+        else:  # STEP_FINAL
+            cut_val = tl.load(bound_ptr + f)
+            cut_idx = tl.zeros((), tl.int32)
+            if HAS_TOPP:
+                vstar = tl.load(vstar_ptr + f)
+                if vstar < float("inf"):
+                    cut_val = vstar
+                    ndrop = tl.load(ndrop_ptr + f)
+                    if ndrop > 0:
+                        lo = tl.load(lo_in + f)
+                        hi = tl.load(hi_in + f)
+                        if lo < hi:
+                            lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, ndrop,
+                                                SEARCH_IDX, NC)
+                        cut_idx = lo.to(tl.int32)
+            tl.store(cut_val_ptr + row, cut_val)
+            tl.store(cut_idx_ptr + row, cut_idx)
 
 
 # ---------------------------------------------------------------------------

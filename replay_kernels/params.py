@@ -144,12 +144,13 @@ def host_step(step: Step) -> Step:
 
 
 def prepare_params(step: Step, device: torch.device | str | None = None, filter_span: int = FILTER_SPAN,
-                   check: bool = False) -> RowParams:
+                   check: bool = False, check_top_k: bool = True) -> RowParams:
     """Host work: expand each request's parameters to its rows (bonus row included).
 
     Greedy requests and requests that need no processing are left alone
     (temp_div 1, no filter), as the oracle does. ``check``: rows with top-k or top-p (not both) leave
-    those to sample-and-check (plain samples only: a verify needs the whole processed row).
+    those to sample-and-check (plain samples); ``check_top_k=False``: top-p rows without top-k only
+    (a verify decides them by bounds, replay_kernels/verify_bounds.py).
     """
     device = step.logits.device if device is None else device
     step = host_step(step)
@@ -167,7 +168,8 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
                             torch.full((rows.numel(),), float("-inf"), device=device))
     k = torch.where(active, k, torch.full_like(k, v))
     top_p = torch.where(active, top_p, torch.ones_like(top_p))
-    checked = active & ((k != v) != (top_p != 1)) if check else torch.zeros_like(active)
+    one_filter = ((k != v) != (top_p != 1)) if check_top_k else ((k == v) & (top_p != 1))
+    checked = active & one_filter if check else torch.zeros_like(active)
     search_k = torch.where(checked, torch.full_like(k, v), k)
     search_p = torch.where(checked, torch.ones_like(top_p), top_p)
     use_filter = active & (use_min_p | (search_k != v) | (search_p != 1))

@@ -27,11 +27,8 @@ from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 from .draw import DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, prepare_params
-from .sample_check import EXTRA_ROUNDS, CheckScratch, launch_check, launch_finish
+from .sample_check import EXTRA_ROUNDS, ROUND_SPLIT_FACTOR, CheckScratch, launch_check, launch_finish
 
-# Later draws of sample-and-check: rows split over this many times the first draw's programs (fewer rows are
-# open; one program per tile of a one-row launch measured slower at R = 64..256: empty programs cost too).
-ROUND_SPLIT_FACTOR = 4
 
 
 @dataclass
@@ -136,11 +133,13 @@ class PlainSampler(LaunchSampler):
             cs = state.check
             if cs is not None:
                 top = state.draw.top  # each row's largest processed value, from the first draw
-                launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, top, first=True)
+                launch_check(cs, state.logits, state.mode, state.row, state.slot, p, state.tokens, top, first=True)
                 for _ in range(EXTRA_ROUNDS):
                     self._draw(state, cs.mode, cs.cut_val, cs.cut_idx, state.round_draw)
-                    launch_check(cs, state.logits, state.mode, state.row, p, state.tokens, top, first=False)
-                launch_finish(cs, state.logits, state.row, p, state.seed, state.positions, state.tokens, top)
+                    launch_check(cs, state.logits, state.mode, state.row, state.slot, p, state.tokens, top,
+                                 first=False)
+                launch_finish(cs, state.logits, state.row, state.slot, state.dummy_i32, p, state.seed,
+                              state.positions, state.tokens, top)
         return state.tokens, state.counts
 
     def _draw(self, state: PlainState, mode: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,

@@ -44,13 +44,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .draw import MODE_NONE, MODE_TARGET, last_to_arrive
+from .draw import MODE_NONE, MODE_RESIDUAL, MODE_TARGET, last_to_arrive
 from .filters import FILTER_BLOCK, FILTER_SPAN, _clean
 from .params import load_processed
 from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gumbel
 
 EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
 CHECK_BLOCK = FILTER_BLOCK  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
+# Later draws of sample-and-check: rows split over this many times the first draw's programs (fewer rows are
+# open; one program per tile of a one-row launch measured slower at R = 64..256: empty programs cost too).
+ROUND_SPLIT_FACTOR = 4
 CHECK_WARPS = 4  # 1024 x 4 warps: 6% faster than 8 warps at R = 256, 2% at R = 64, equal at R = 1 (H200 sweep)
 
 
@@ -101,24 +104,25 @@ def _candidate(base, c, t):
 
 
 @triton.jit
-def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr,
-                  topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr,
-                  pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, V, SPLITS,
+def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
+                  topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
+                  top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, V, SPLITS,
                   SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    """Grid (R, SPLITS): test the token the last draw wrote to ``tokens[r, 0]`` (rows that are open:
-    mode TARGET and a check row). The last program of a row to arrive settles it: kept -> mode NONE
-    (later draws skip the row); else the row's bound becomes (x_c, c + 1). It writes every row's
-    mode and bound to the ``*_out`` arrays (the first check copies the prepared ones). ``top`` [R]: each
-    row's largest processed value (the first draw wrote it)."""
+    """Grid (R, SPLITS): test the token the last draw wrote to ``tokens[r, slot[r]]`` (rows that are open:
+    mode TARGET or RESIDUAL, and a check row). The last program of a row to arrive settles it: kept -> mode
+    NONE (later draws skip the row); else the row's bound becomes (x_c, c + 1) and the mode stays. It
+    writes every row's mode and bound to the ``*_out`` arrays (the first check copies the ``*_in`` ones).
+    ``top`` [R]: each row's largest processed value (the first draw wrote it)."""
     r = tl.program_id(0)
     s = tl.program_id(1)
     mode = tl.load(mode_in + r)
     row = tl.load(row_ptr + r)
-    open_row = (mode == MODE_TARGET) & (tl.load(check_ptr + row) != 0)
+    open_row = ((mode == MODE_TARGET) | (mode == MODE_RESIDUAL)) & (tl.load(check_ptr + row) != 0)
+    token_ptr = tokens_ptr + r * tok_stride + tl.load(slot_ptr + r)
     if open_row:
         base = logits_ptr + row.to(tl.int64) * l_stride
         t = tl.load(temp_ptr + row)
-        c = tl.load(tokens_ptr + r * tok_stride).to(tl.int32)
+        c = tl.load(token_ptr).to(tl.int32)
         xc = _candidate(base, c, t)
         s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t,
                                         tl.load(lbound_ptr + row), xc, c, tl.load(topk_ptr + row),
@@ -132,11 +136,11 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, t
         new_mode = MODE_NONE
         if open_row:
             base = logits_ptr + row.to(tl.int64) * l_stride
-            c = tl.load(tokens_ptr + r * tok_stride).to(tl.int32)
+            c = tl.load(token_ptr).to(tl.int32)
             xc = _candidate(base, c, tl.load(temp_ptr + row))
             if not _verdict(pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc,
                             tl.load(topk_ptr + row), tl.load(topp_ptr + row)):
-                new_mode = MODE_TARGET
+                new_mode = mode
                 cv = xc
                 ci = c + 1
         tl.store(mode_out + r, new_mode)
@@ -145,14 +149,15 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, check_ptr, t
 
 
 @triton.jit
-def _row_draw(base, V, t, cv, ci, key, BLOCK: tl.constexpr):
-    """argmax (first index on ties) of processed + Gumbel noise over a whole row (no pruning needed:
-    the same token as the pruned draw kernel)."""
+def _row_draw(base, V, t, cv, ci, key, skip, BLOCK: tl.constexpr):
+    """argmax (first index on ties) of processed + Gumbel noise over a whole row, token ``skip`` left out
+    (a one-hot residual's rejected draft; -1: none); no pruning needed: the same token as the pruned draw
+    kernel."""
     best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.zeros((), tl.int32)
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        x = load_processed(base, offs, V, t, cv, ci)
+        x = tl.where(offs == skip, float("-inf"), load_processed(base, offs, V, t, cv, ci))
         score = x + uniform_to_gumbel(hash_to_uniform(murmur3_finish(key, offs)))
         score = tl.where((offs < V) & (score == score), score, float("-inf"))
         m, a = tl.max(score, axis=0, return_indices=True)
@@ -163,15 +168,19 @@ def _row_draw(base, V, t, cv, ci, key, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr,
-                   cut_val_ptr, cut_idx_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride, top_ptr,
+def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, temp_ptr, lbound_ptr, topk_ptr,
+                   topp_ptr, cut_val_ptr, cut_idx_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride, top_ptr,
                    pall_ptr, plow_ptr, pcnt_ptr, V, SPLITS,
                    SPAN: tl.constexpr, BLOCK: tl.constexpr):
     """Grid (R,): a row still open after the launched rounds loops (draw above its bound, check) in
-    one program until the drawn token is kept. Same spans and sums as the split kernels, so the
-    verdicts are the same."""
+    one program until the drawn token is kept (a RESIDUAL row leaves its rejected draft ``dtok[r]`` out).
+    Same spans and sums as the split kernels, so the verdicts are the same."""
     r = tl.program_id(0)
-    if tl.load(mode_ptr + r) == MODE_TARGET:
+    mode = tl.load(mode_ptr + r)
+    if (mode == MODE_TARGET) | (mode == MODE_RESIDUAL):
+        skip = tl.full((), -1, tl.int32)
+        if mode == MODE_RESIDUAL:
+            skip = tl.load(dtok_ptr + r)
         row = tl.load(row_ptr + r)
         base = logits_ptr + row.to(tl.int64) * l_stride
         t = tl.load(temp_ptr + row)
@@ -184,7 +193,7 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, lbound_ptr
         ci = tl.load(cut_idx_ptr + row)
         done = tl.zeros((), tl.int32)
         while done == 0:
-            c = _row_draw(base, V, t, cv, ci, key, BLOCK)
+            c = _row_draw(base, V, t, cv, ci, key, skip, BLOCK)
             xc = _candidate(base, c, t)
             for s in range(0, SPLITS):
                 s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t, L, xc,
@@ -196,7 +205,7 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, lbound_ptr
             done = _verdict(pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc, kk, p).to(tl.int32)
             cv = xc
             ci = c + 1
-            tl.store(tokens_ptr + r * tok_stride, c.to(tl.int64))
+            tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), c.to(tl.int64))
         tl.store(mode_ptr + r, MODE_NONE)
 
 
@@ -237,24 +246,26 @@ class CheckScratch:
                    arrivals=torch.zeros(r, dtype=torch.int32, device=device), splits=splits, span=span)
 
 
-def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, params,
-                 tokens: torch.Tensor, top: torch.Tensor, first: bool) -> None:
-    """One check pass over the R requests (``first``: read the prepared plan ``mode`` / ``params.cut_*``);
+def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, slot: torch.Tensor,
+                 params, tokens: torch.Tensor, top: torch.Tensor, first: bool, cut: tuple | None = None) -> None:
+    """One check pass over the R requests (``first``: read the plan ``mode`` and the bounds ``cut``,
+    default ``params.cut_*``); ``row`` / ``slot`` [R] int32: each request's draw row and token slot;
     ``top`` [R] float32: each row's largest processed value (``DrawScratch.top`` of the first draw)."""
     r_count = mode.numel()
     mode_in = mode if first else cs.mode
-    cut_val_in, cut_idx_in = (params.cut_val, params.cut_idx) if first else (cs.cut_val, cs.cut_idx)
+    cut_val_in, cut_idx_in = (cut or (params.cut_val, params.cut_idx)) if first else (cs.cut_val, cs.cut_idx)
     _check_kernel[(r_count, cs.splits)](
-        logits, logits.stride(0), mode_in, cs.mode, row, params.check, params.temp_div, params.cut_val,
+        logits, logits.stride(0), mode_in, cs.mode, row, slot, params.check, params.temp_div, params.cut_val,
         params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
         cs.pall, cs.plow, cs.pcnt, cs.arrivals, logits.shape[1], cs.splits,
         SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
 
 
-def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, params, seed: torch.Tensor,
-                  positions: torch.Tensor, tokens: torch.Tensor, top: torch.Tensor) -> None:
-    """The one-program-per-row loop for rows still open (the others exit after one load)."""
+def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, slot: torch.Tensor, dtok: torch.Tensor,
+                  params, seed: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, top: torch.Tensor) -> None:
+    """The one-program-per-row loop for rows still open (the others exit after one load); ``dtok`` [R]
+    int32: the rejected draft of a RESIDUAL row."""
     _finish_kernel[(cs.mode.numel(),)](
-        logits, logits.stride(0), cs.mode, row, params.temp_div, params.cut_val, params.top_k, params.top_p,
+        logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, params.top_k, params.top_p,
         cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow, cs.pcnt,
         logits.shape[1], cs.splits, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)

@@ -20,20 +20,24 @@ Kernels, grids and bytes (N rows, R requests, V vocabulary, 4 B per fp32 logit)
 --------------------------------------------------------------------------------
 0. the split-row filter passes of ``replay_kernels.filters`` (only rows of requests with
    min-p/top-k/top-p): 1 + a bounded number of search passes per filtered row.
-1. ``_stats_kernel`` grid ``(N - R, cdiv(V, SPAN))``: reads the verify rows
-   once ((N - R) V x 4 B; bonus rows are not read) and the draft logits once when
-   present; each program scans a span of ``STATS_TILES`` tiles (online max and
-   sum-exp) and writes 12 B of span stats: the raw max + left-most argmax for
-   greedy rows, the processed max and sum-exp for stochastic rows, the same for
-   the draft logits / temperature.
-2. ``_walk_kernel`` grid ``(R,)``: the accept walk; reads only the block stats, the
-   target and draft logit of each drafted token, and the RNG; writes the accepted
-   tokens, the counts and a draw plan (mode, row, slot, LSEs).
-3. ``draw._draw_kernel`` grid ``(R, SPLITS)``: reads the R resample / bonus rows once
+1. ``_position_kernel`` grid ``(R, cdiv(V, SPAN))``, launched once per draft position i = 0 .. max_k - 1
+   (once when no request has drafts): the programs of a request still verifying at position i read
+   its row ``cu[r] + i`` once (and its draft-logits row when present), each a span of SPAN elements
+   (online max and sum-exp), and write 12 B of span stats: the raw max + left-most argmax for greedy
+   rows, the processed max and sum-exp for stochastic rows, the same for the draft logits / temperature.
+   The last program of the request to arrive (an ``acq_rel`` counter per request) adds the spans and
+   runs the accept test of position i; a rejection, a greedy mismatch or a placeholder ends the walk
+   (``verifying[r] = 0``) and fixes the draw plan (mode, row, slot, rejected draft, LSEs). Requests that
+   stopped, or have no draft at i, exit after two loads. Launch 0 also writes the default plan (the bonus
+   row's draw).
+2. ``draw._draw_kernel`` grid ``(R, SPLITS)``: reads the R resample / bonus rows once
    (R V x 4 B, plus the rejected draft row with draft logits), pruned Gumbel-max or
    argmax, writes the drawn token and the -1 pads.
 
-Total: about one pass over the logits (N V x 4 B) in three launches (four with filters).
+Bytes: only the rows the walk reaches are read. A request that stops at draft position j reads j + 1
+verify rows (the rows after a rejection are never needed) and its draw row: at acceptance rate a per
+draft, 1 + a + ... + a^(k-1) verify rows instead of k (at a = 0.7, k = 4: 2.5 of 4). When every draft
+is accepted that is one pass over the logits (N V x 4 B), in max_k + 1 launches (+ the filter passes).
 
 API::
 
@@ -52,14 +56,20 @@ import triton.language as tl
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step
 
-from .draw import (MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK,
-                   DrawScratch, _draw_kernel, block_argmax)
+from .draw import (DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK,
+                   DrawScratch, _draw_kernel, block_argmax, last_to_arrive)
 from .filters import FILTER_SPAN
+from .sample_check import EXTRA_ROUNDS, ROUND_SPLIT_FACTOR, CheckScratch, launch_check, launch_finish
 from .params import RowParams, host_step, launch_params, load_processed, prepare_params
 from .rng import accept_uniform
+from .verify_bounds import (VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_OPEN, WALK_PENDING,
+                           Fallback, bounded_verdict, launch_fallback, tile_before)
 
-STATS_BLOCK = 4096  # elements per tile
-STATS_TILES = 1     # tiles per program (4 measured 6% slower on the H200: fewer loads in flight per SM)
+# The position launches' tile, span per program and warps: fixed (they set the order of each row's fp32 sums,
+# and tokens must not depend on the batch); measured in docs/KERNELS.md "Position launch shape".
+STATS_BLOCK = 2048
+STATS_SPAN = 8192
+POSITION_WARPS = 4
 WALK_CHUNK = 64
 
 
@@ -73,19 +83,39 @@ def _online(m, acc, x):
 
 
 @triton.jit
-def _stats_kernel(logits_ptr, l_stride, draft_ptr, d_stride, vrow_ptr, row_req_ptr, req_temp_ptr,
-                  temp_div_ptr, cut_val_ptr, cut_idx_ptr,
-                  smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, V, NB,
-                  HAS_DRAFT: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    i = tl.program_id(0)  # verify-row index == draft_logits row
-    b = tl.program_id(1)  # span of the row
-    row = tl.load(vrow_ptr + i)
-    temp = tl.load(req_temp_ptr + tl.load(row_req_ptr + row))
-    row_base = logits_ptr + row.to(tl.int64) * l_stride
-    out = i.to(tl.int64) * NB + b
-    lo = b * SPAN
-    hi = tl.minimum(lo + SPAN, V)
-    if temp == 0.0:
+def _global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
+    """log-sum-exp of a row from its span (max, sum-exp) stats (read through L2: they were written by the
+    other programs of the same launch)."""
+    gm = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        gm = tl.maximum(gm, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
+                                           cache_modifier=".cg"), axis=0))
+    tot = tl.zeros((), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
+        s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0, cache_modifier=".cg")
+        tot += tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
+    return gm + tl.log(tot)
+
+
+@triton.jit
+def _processed_at(row_base, d, t, cv, ci):
+    """The processed value of token ``d`` of a row (temperature, filter bound; NaN read as -inf)."""
+    xd = tl.math.div_rn(tl.load(row_base + d).to(tl.float32), t)
+    return tl.where((xd > cv) | ((xd == cv) & (d >= ci)), xd, float("-inf"))
+
+
+@triton.jit
+def _span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr,
+                dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, out,
+                HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr):
+    """The stats of lanes [lo, hi) of one verify row, stored at ``out``: raw max + left-most argmax
+    (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
+    ``bounded`` rows also the mass and the largest value strictly before the draft ``d``
+    (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out)."""
+    if greedy:
         best = tl.full((), float("-inf"), tl.float32)
         best_idx = lo
         for start in range(lo, hi, BLOCK):
@@ -98,122 +128,135 @@ def _stats_kernel(logits_ptr, l_stride, draft_ptr, d_stride, vrow_ptr, row_req_p
         tl.store(smax_ptr + out, best)
         tl.store(sarg_ptr + out, best_idx)
     else:
-        t = tl.load(temp_div_ptr + row)
-        cv = tl.load(cut_val_ptr + row)
-        ci = tl.load(cut_idx_ptr + row)
         m = tl.full((), float("-inf"), tl.float32)
         s = tl.zeros((), tl.float32)
         qm = tl.full((), float("-inf"), tl.float32)
         qs = tl.zeros((), tl.float32)
+        rb = tl.zeros((), tl.float32)
+        x2 = tl.full((), float("-inf"), tl.float32)
         for start in range(lo, hi, BLOCK):
             offs = start + tl.arange(0, BLOCK)
-            m, s = _online(m, s, load_processed(row_base, offs, hi, t, cv, ci))
+            x = load_processed(row_base, offs, hi, t, cv, ci)
+            if bounded:
+                m_new = tl.maximum(m, tl.max(x, axis=0))
+                if m_new > float("-inf"):
+                    scale = tl.exp(m - m_new)
+                    e = tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0)
+                    s = s * scale + tl.sum(e, axis=0)
+                    rb, x2 = tile_before(x, offs, xd, d, e, rb, x2, scale)
+                m = m_new
+            else:
+                m, s = _online(m, s, x)
             if HAS_DRAFT:
-                q = tl.load(draft_ptr + i.to(tl.int64) * d_stride + offs, mask=offs < hi,
-                            other=float("-inf")).to(tl.float32)
+                q = tl.load(draft_base + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
                 q = tl.math.div_rn(q, temp)
                 qm, qs = _online(qm, qs, tl.where(q != q, float("-inf"), q))
         tl.store(smax_ptr + out, m)
         tl.store(ssum_ptr + out, s)
+        if bounded:
+            tl.store(srb_ptr + out, rb)
+            tl.store(sx2_ptr + out, x2)
         if HAS_DRAFT:
             tl.store(dmax_ptr + out, qm)
             tl.store(dsum_ptr + out, qs)
 
 
 @triton.jit
-def _global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
-    """log-sum-exp of a row from its block (max, sum-exp) stats."""
-    gm = tl.full((), float("-inf"), tl.float32)
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        gm = tl.maximum(gm, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf")), axis=0))
-    tot = tl.zeros((), tl.float32)
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"))
-        s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0)
-        tot += tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
-    return gm + tl.log(tot)
-
-
-@triton.jit
-def _walk_kernel(cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
-                 logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
-                 smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr,
-                 tokens_ptr, tok_stride, counts_ptr,
-                 mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, NB,
-                 HAS_DRAFT: tl.constexpr, CHUNK: tl.constexpr):
-    r = tl.program_id(0)
-    start = tl.load(cu_ptr + r)
-    k = tl.load(cu_ptr + r + 1) - start - 1
-    temp = tl.load(req_temp_ptr + r)
-    seed = tl.load(seed_ptr + r)
-    greedy = temp == 0.0
-    i = tl.zeros((), tl.int32)
-    done = tl.zeros((), tl.int32)
-    mode = tl.zeros((), tl.int32) + MODE_NONE
-    rrow = start + k
-    slot = k
-    rdrow = tl.zeros((), tl.int32)
-    rdtok = tl.zeros((), tl.int32)
-    lse_t = tl.zeros((), tl.float32)
-    lse_q = tl.zeros((), tl.float32)
-    while (i < k) & (done == 0):
-        row = start + i
-        d = tl.load(dtok_row_ptr + row)
-        vi = tl.load(vidx_ptr + row)
-        base = vi.to(tl.int64) * NB
-        if greedy:
-            _, best = block_argmax(smax_ptr, sarg_ptr, base, NB, CHUNK)
-            tl.store(tokens_ptr + r * tok_stride + i, best.to(tl.int64))
-            if (d < 0) | (best != d):
-                done = 1
-                slot = i
-        else:
-            if d < 0:
-                done = 1
-                mode = MODE_TARGET + tl.zeros((), tl.int32)  # at the placeholder's row
-                rrow = row
-                slot = i
-            else:
-                row_base = logits_ptr + row.to(tl.int64) * l_stride
-                t = tl.load(temp_div_ptr + row)
-                cv = tl.load(cut_val_ptr + row)
-                ci = tl.load(cut_idx_ptr + row)
-                xd = tl.load(row_base + d).to(tl.float32)
-                xd = tl.math.div_rn(xd, t)
-                xd = tl.where((xd > cv) | ((xd == cv) & (d >= ci)), xd, float("-inf"))
-                lt = _global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
-                log_p = xd - lt
-                lq = tl.zeros((), tl.float32)
-                log_q = tl.zeros((), tl.float32)
-                if HAS_DRAFT:
-                    lq = _global_lse(dmax_ptr, dsum_ptr, base, NB, CHUNK)
-                    qd = tl.load(draft_ptr + vi.to(tl.int64) * d_stride + d).to(tl.float32)
-                    log_q = tl.math.div_rn(qd, temp) - lq
-                u = accept_uniform(seed, tl.load(pos_ptr + row))
-                if log_p > tl.log(u) + log_q:
-                    tl.store(tokens_ptr + r * tok_stride + i, d.to(tl.int64))
-                else:
-                    done = 1
-                    mode = MODE_RESIDUAL + tl.zeros((), tl.int32)
-                    rrow = row
-                    slot = i
-                    rdrow = vi
-                    rdtok = d
-                    lse_t = lt
-                    lse_q = lq
-        i += 1
-    if done == 0:
-        mode = tl.where(greedy, MODE_GREEDY, MODE_TARGET)  # bonus / plain draw
+def _close(r, mode, rrow, slot, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr):
+    """End request r's walk at draft position ``slot``: draw ``mode`` at ``rrow`` into that slot."""
     tl.store(mode_ptr + r, mode)
     tl.store(rrow_ptr + r, rrow)
     tl.store(slot_ptr + r, slot)
-    tl.store(rdrow_ptr + r, rdrow)
-    tl.store(rdtok_ptr + r, rdtok)
-    tl.store(lse_t_ptr + r, lse_t)
-    tl.store(lse_q_ptr + r, lse_q)
     tl.store(counts_ptr + r, slot + 1)
+    tl.store(walk_ptr + r, WALK_DONE)
+
+
+@triton.jit(do_not_specialize=["i"])
+def _position_kernel(i, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
+                     logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
+                     check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr,
+                     arrivals_ptr, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr,
+                     mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, V, NB,
+                     HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr,
+                     SPAN: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """Draft position ``i`` of every request still verifying: span stats of its row, then (in the last
+    program of the request to arrive) the accept test of position i, which may end the request's walk.
+    ``EXACT``: the second round after the fallback, for the pending requests, with the exact cuts."""
+    r = tl.program_id(0)
+    b = tl.program_id(1)
+    start = tl.load(cu_ptr + r)
+    k = tl.load(cu_ptr + r + 1) - start - 1
+    temp = tl.load(req_temp_ptr + r)
+    greedy = temp == 0.0
+    verifying = i < k
+    if EXACT:
+        walk = tl.load(walk_ptr + r)
+        verifying = verifying & ((walk == WALK_EXACT) | ((walk == WALK_PENDING) & (tl.load(pend_ptr + r) == i)))
+    elif i == 0:
+        if b == 0:  # the plan if every draft is accepted (or k = 0): the bonus row's draw
+            tl.store(mode_ptr + r, tl.where(greedy, MODE_GREEDY, MODE_TARGET))
+            tl.store(rrow_ptr + r, start + k)
+            tl.store(slot_ptr + r, k)
+            tl.store(counts_ptr + r, k + 1)
+            tl.store(walk_ptr + r, WALK_OPEN)
+    elif verifying:
+        verifying = tl.load(walk_ptr + r) == WALK_OPEN  # written by the launch of position i - 1
+    if verifying:
+        row = start + i
+        d = tl.load(dtok_row_ptr + row)
+        vi = tl.load(vidx_ptr + row)
+        t = tl.load(temp_div_ptr + row)
+        cv = tl.load(cut_val_ptr + row)
+        ci = tl.load(cut_idx_ptr + row)
+        row_base = logits_ptr + row.to(tl.int64) * l_stride
+        bounded = False  # top-p decided by bounds (verify_bounds.py); never in the EXACT round
+        if BOUNDED:
+            bounded = (tl.load(check_ptr + row) != 0) & (d >= 0)
+        xd = tl.full((), float("-inf"), tl.float32)
+        if (not greedy) & (d >= 0):
+            xd = _processed_at(row_base, d, t, cv, ci)
+        lo = b * SPAN
+        if greedy | (d >= 0):  # a stochastic placeholder needs no stats
+            _span_stats(row_base, draft_ptr + vi.to(tl.int64) * d_stride, lo, tl.minimum(lo + SPAN, V), greedy,
+                        bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr,
+                        sx2_ptr, r * NB + b, HAS_DRAFT, BLOCK)
+        if last_to_arrive(arrivals_ptr, r, NB):
+            base = r * NB
+            if greedy:
+                _, best = block_argmax(smax_ptr, sarg_ptr, base, NB, CHUNK)
+                tl.store(tokens_ptr + r * tok_stride + i, best.to(tl.int64))
+                if (d < 0) | (best != d):  # the argmax is the last token: nothing to draw
+                    _close(r, MODE_NONE, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
+            elif d < 0:  # a placeholder ends verification: draw from the target at its row
+                _close(r, MODE_TARGET, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
+            else:
+                u = accept_uniform(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+                lt = tl.zeros((), tl.float32)
+                lq = tl.zeros((), tl.float32)
+                if bounded:  # one-hot drafts: log q = 0
+                    verdict = bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, tl.log(u),
+                                              tl.load(topp_ptr + row))
+                else:
+                    lt = _global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
+                    log_q = tl.zeros((), tl.float32)
+                    if HAS_DRAFT:
+                        lq = _global_lse(dmax_ptr, dsum_ptr, base, NB, CHUNK)
+                        qd = tl.load(draft_ptr + vi.to(tl.int64) * d_stride + d).to(tl.float32)
+                        log_q = tl.math.div_rn(qd, temp) - lq
+                    verdict = tl.where(xd - lt > tl.log(u) + log_q, VERDICT_ACCEPT, VERDICT_REJECT)
+                if verdict == VERDICT_ACCEPT:
+                    tl.store(tokens_ptr + r * tok_stride + i, d.to(tl.int64))
+                    if EXACT:
+                        tl.store(walk_ptr + r, WALK_EXACT)
+                elif verdict == VERDICT_REJECT:  # resample from the residual at this row
+                    tl.store(rdrow_ptr + r, vi)
+                    tl.store(rdtok_ptr + r, d)
+                    tl.store(lse_t_ptr + r, lt)
+                    tl.store(lse_q_ptr + r, lq)
+                    _close(r, MODE_RESIDUAL, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
+                else:  # undecided by the bounds: wait for the exact cut (verify_bounds.launch_fallback)
+                    tl.store(pend_ptr + r, i)
+                    tl.store(walk_ptr + r, WALK_PENDING)
 
 
 @dataclass
@@ -222,11 +265,15 @@ class VerifyState:
 
     logits [N, V] engine dtype; draft_logits [N-R, V] or None; params: RowParams ([N] rows);
     cu [R+1] int32; req_temp [R] f32; seed [R] int64; draft_tokens [N] int32;
-    positions [N] int64; row_req [N] int32; vidx [N] int32 (draft/verify row per
-    logits row, -1 on bonus rows); vrows [N-R] int32 (logits row of each verify row);
-    block stats smax/ssum/sarg/dmax/dsum [N-R, NB_stats]; draw plan mode/rrow/slot/
+    positions [N] int64; vidx [N] int32 (draft/verify row per logits row, -1 on bonus rows);
+    span stats of the position in flight smax/ssum/sarg/dmax/dsum/srb/sx2 [R, NB_stats] (srb/sx2: top-p
+    bounds, verify_bounds.py); arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes)
+    and pend [R] int32 (the position of an undecided test); draw plan mode/rrow/slot/
     rdrow/rdtok [R] int32, lse_t/lse_q [R] f32; draw: DrawScratch (partials and arrival counters);
-    outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host).
+    outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
+    positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
+    fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
+    round_draw: sample-and-check of those rows' draws (its scratch, and its later draws split finer).
     """
 
     logits: torch.Tensor
@@ -237,14 +284,17 @@ class VerifyState:
     seed: torch.Tensor
     draft_tokens: torch.Tensor
     positions: torch.Tensor
-    row_req: torch.Tensor
     vidx: torch.Tensor
-    vrows: torch.Tensor
     smax: torch.Tensor
     ssum: torch.Tensor
     sarg: torch.Tensor
     dmax: torch.Tensor
     dsum: torch.Tensor
+    srb: torch.Tensor
+    sx2: torch.Tensor
+    arrivals: torch.Tensor
+    walk: torch.Tensor
+    pend: torch.Tensor
     mode: torch.Tensor
     rrow: torch.Tensor
     slot: torch.Tensor
@@ -257,6 +307,10 @@ class VerifyState:
     counts: torch.Tensor
     routes: torch.Tensor
     num_stats_blocks: int
+    positions_launched: int
+    fallback: Fallback | None
+    check: CheckScratch | None
+    round_draw: DrawScratch | None
 
 
 class StochasticSampler(LaunchSampler):
@@ -269,9 +323,10 @@ class StochasticSampler(LaunchSampler):
     requires_cuda = False
 
     def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int | None = None,
-                 filter_span: int = FILTER_SPAN, stats_span: int | None = None):
+                 filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS):
         self.stats_block = stats_block
-        self.stats_span = stats_span or STATS_TILES * stats_block
+        self.position_warps = position_warps
+        self.stats_span = stats_span or STATS_SPAN // STATS_BLOCK * stats_block  # 4 tiles a span
         self.draw_block = draw_block
         self.programs = programs
         self.filter_span = filter_span
@@ -290,8 +345,7 @@ class StochasticSampler(LaunchSampler):
         i32 = dict(dtype=torch.int32, device=device)
         f32 = dict(dtype=torch.float32, device=device)
         vidx = host.draft_row_index()
-        vrows = torch.nonzero(vidx >= 0).flatten()
-        nv = int(vrows.numel())
+        nv = int((vidx >= 0).sum())
         draft = step.draft_logits
         if draft is not None:
             draft = draft.to(device)
@@ -301,26 +355,38 @@ class StochasticSampler(LaunchSampler):
                 raise ValueError(f"draft_logits has {draft.shape[0]} rows, expected {nv} (N - R)")
         nbs = max(1, triton.cdiv(v, self.stats_span))
         routes = torch.tensor([ROUTE_CODE[name] for name in host.expected_routes()], dtype=torch.int8)
-        ns = max(nv, 1)
+        rs = max(r, 1)
+        params = prepare_params(step, device, self.filter_span, check=draft is None, check_top_k=False)
+        fallback = None
+        check = round_draw = None
+        if params.any_check:
+            rows = host.row_to_request()
+            any_min_p = bool(((host.min_p[rows] != 0) & (params.check.cpu() != 0)).any())
+            fallback = Fallback.allocate(rows, v, any_min_p, self.filter_span, device)
+            check = CheckScratch.allocate(r, n, v, device, self.filter_span)
+            round_draw = DrawScratch.allocate(r, v, self.draw_block, device, self.programs or DRAW_PROGRAMS,
+                                              split_as_rows=max(1, r // ROUND_SPLIT_FACTOR))
+        bounded_stats = (rs, nbs) if params.any_check else (1, 1)
         return VerifyState(
-            logits=logits, draft_logits=draft, params=prepare_params(step, device, self.filter_span),
+            logits=logits, draft_logits=draft, params=params,
             cu=step.cu_num_logits.to(**i32), req_temp=step.temperature.to(**f32),
             seed=step.seed.to(device=device, dtype=torch.int64),
             draft_tokens=step.draft_token_ids.to(**i32),
-            positions=step.positions.to(device=device, dtype=torch.int64),
-            row_req=host.row_to_request().to(**i32), vidx=vidx.to(**i32), vrows=vrows.to(**i32),
-            smax=torch.empty((ns, nbs), **f32), ssum=torch.empty((ns, nbs), **f32),
-            sarg=torch.empty((ns, nbs), **i32),
-            dmax=torch.empty((ns, nbs) if draft is not None else (1, 1), **f32),
-            dsum=torch.empty((ns, nbs) if draft is not None else (1, 1), **f32),
-            mode=torch.empty(max(r, 1), **i32), rrow=torch.empty(max(r, 1), **i32),
-            slot=torch.empty(max(r, 1), **i32), rdrow=torch.empty(max(r, 1), **i32),
-            rdtok=torch.empty(max(r, 1), **i32), lse_t=torch.empty(max(r, 1), **f32),
-            lse_q=torch.empty(max(r, 1), **f32),
-            draw=DrawScratch.allocate(r, v, self.draw_block, device, self.programs),
+            positions=step.positions.to(device=device, dtype=torch.int64), vidx=vidx.to(**i32),
+            smax=torch.empty((rs, nbs), **f32), ssum=torch.empty((rs, nbs), **f32),
+            sarg=torch.empty((rs, nbs), **i32),
+            dmax=torch.empty((rs, nbs) if draft is not None else (1, 1), **f32),
+            dsum=torch.empty((rs, nbs) if draft is not None else (1, 1), **f32),
+            srb=torch.empty(bounded_stats, **f32), sx2=torch.empty(bounded_stats, **f32),
+            arrivals=torch.zeros(rs, **i32), walk=torch.zeros(rs, **i32), pend=torch.zeros(rs, **i32),
+            mode=torch.empty(rs, **i32), rrow=torch.empty(rs, **i32), slot=torch.empty(rs, **i32),
+            rdrow=torch.zeros(rs, **i32), rdtok=torch.zeros(rs, **i32), lse_t=torch.zeros(rs, **f32),
+            lse_q=torch.zeros(rs, **f32),
+            draw=DrawScratch.allocate(r, v, self.draw_block, device, self.programs, track_top=params.any_check),
+            check=check, round_draw=round_draw,
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r, **i32), routes=routes,
-            num_stats_blocks=nbs)
+            num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fallback=fallback)
 
     def launch(self, s: VerifyState) -> tuple[torch.Tensor, torch.Tensor]:
         """Device work only (no host sync, graph-capturable): returns ``(tokens, counts)``.
@@ -331,31 +397,50 @@ class StochasticSampler(LaunchSampler):
         r = s.tokens.shape[0]
         if r == 0:
             return s.tokens, s.counts
-        v = s.logits.shape[1]
-        has_draft = s.draft_logits is not None
-        draft = s.draft_logits if has_draft else s.dmax
-        d_stride = draft.stride(0) if has_draft else 0
+        draft = s.draft_logits if s.draft_logits is not None else s.dmax
+        d_stride = draft.stride(0) if s.draft_logits is not None else 0
         p = s.params
         launch_params(s.logits, p)
-        nv = s.vrows.numel()
-        if nv:
-            _stats_kernel[(nv, s.num_stats_blocks)](
-                s.logits, s.logits.stride(0), draft, d_stride, s.vrows, s.row_req, s.req_temp,
-                p.temp_div, p.cut_val, p.cut_idx, s.smax, s.ssum, s.sarg, s.dmax, s.dsum,
-                v, s.num_stats_blocks, HAS_DRAFT=has_draft, SPAN=self.stats_span, BLOCK=self.stats_block,
-                num_warps=8)
-        _walk_kernel[(r,)](
-            s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
-            s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, p.cut_val, p.cut_idx,
-            s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.tokens, s.tokens.stride(0), s.counts,
-            s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q, s.num_stats_blocks,
-            HAS_DRAFT=has_draft, CHUNK=WALK_CHUNK, num_warps=1)
-        d = s.draw
-        _draw_kernel[(r, d.splits)](
-            s.logits, s.logits.stride(0), draft, d_stride,
-            s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
-            p.temp_div, p.cut_val, p.cut_idx, s.req_temp, s.seed, s.positions,
-            d.part_max, d.part_arg, d.arrivals, s.counts, s.counts, s.tokens, s.tokens.stride(0),
-            d.part_top, d.top, v, s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=has_draft, TOP=False, BLOCK=d.block, CHUNK=REDUCE_CHUNK, num_warps=d.warps)
+        self._positions(s, draft, d_stride, p.cut_val, p.cut_idx, exact=False)
+        cut = (p.cut_val, p.cut_idx)
+        if s.fallback is not None:  # undecided top-p tests: the exact cuts of the pending requests' rows
+            launch_fallback(s.fallback, s.logits, s.cu, p, s.walk, s.pend)
+            cut = (s.fallback.cut_val, s.fallback.cut_idx)
+            if s.tokens.shape[1] > 1:
+                self._positions(s, draft, d_stride, *cut, exact=True)
+        self._draw(s, draft, d_stride, s.mode, *cut, s.draw)
+        cs = s.check
+        if cs is not None:  # top-p draw rows: sample-and-check (replay_kernels/sample_check.py)
+            top = s.draw.top
+            launch_check(cs, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, top, first=True, cut=cut)
+            for _ in range(EXTRA_ROUNDS):
+                self._draw(s, draft, d_stride, cs.mode, cs.cut_val, cs.cut_idx, s.round_draw)
+                launch_check(cs, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, top, first=False)
+            launch_finish(cs, s.logits, s.rrow, s.slot, s.rdtok, p, s.seed, s.positions, s.tokens, top)
         return s.tokens, s.counts
+
+    def _draw(self, s: VerifyState, draft, d_stride: int, mode, cut_val, cut_idx, d: DrawScratch) -> None:
+        """One launch of the draw kernel over the R requests' plans (``mode``), under the bounds ``cut_*``."""
+        p = s.params
+        _draw_kernel[(s.tokens.shape[0], d.splits)](
+            s.logits, s.logits.stride(0), draft, d_stride,
+            mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
+            p.temp_div, cut_val, cut_idx, s.req_temp, s.seed, s.positions,
+            d.part_max, d.part_arg, d.arrivals, s.counts, s.counts, s.tokens, s.tokens.stride(0),
+            d.part_top, d.top, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
+            HAS_DRAFT=s.draft_logits is not None, TOP=d.track_top, BLOCK=d.block, CHUNK=REDUCE_CHUNK,
+            num_warps=d.warps)
+
+    def _positions(self, s: VerifyState, draft, d_stride: int, cut_val, cut_idx, exact: bool) -> None:
+        """One ``_position_kernel`` launch per draft position (``exact``: the pending requests' round)."""
+        p = s.params
+        for i in range(s.positions_launched):
+            _position_kernel[(s.tokens.shape[0], s.num_stats_blocks)](
+                i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
+                s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
+                s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.srb, s.sx2, s.arrivals, s.walk, s.pend, s.tokens,
+                s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
+                s.logits.shape[1], s.num_stats_blocks, HAS_DRAFT=s.draft_logits is not None,
+                BOUNDED=(s.fallback is not None) and not exact, EXACT=exact,
+                SPAN=self.stats_span, BLOCK=self.stats_block, CHUNK=WALK_CHUNK,
+                num_warps=self.position_warps)

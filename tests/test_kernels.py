@@ -374,3 +374,98 @@ def test_gpu_large_vocab_exact_and_deterministic(vocab):
         gfirst = gm.launch(gstate)[0].clone()
         for _ in range(100):
             assert torch.equal(gm.launch(gstate)[0], gfirst)
+
+
+# ---------------------------------------------------------------------------
+# stochastic: top-p accept tests decided by bounds (replay_kernels/verify_bounds.py)
+# ---------------------------------------------------------------------------
+
+
+def top_p_verify_step(seed: int, vocab: int, num_requests: int, spike: float) -> Step:
+    """SYNTHETIC: every request stochastic (T = 1 or 0.7) with top-p in [0.5, 0.95] (a few with min-p too),
+    one-hot drafts (the argmax 70% of the time), ragged k; ``spike`` > 0 adds a peak per row."""
+    step = synthetic_step(seed, vocab, num_requests, 4, greedy_frac=0.0, filters=False)
+    g = torch.Generator().manual_seed(seed + 1)
+    r = step.num_requests
+    step.temperature = torch.where(torch.rand(r, generator=g) < 0.7, 1.0, 0.7)
+    step.top_p = torch.empty(r).uniform_(0.5, 0.95, generator=g)
+    step.min_p = torch.where(torch.rand(r, generator=g) < 0.25, 0.01, 0.0)
+    return peaked(step, spike, seed + 2) if spike else step
+
+
+def pending_requests(state) -> int:
+    """Requests that went to the exact-cut fallback: they list two rows or more (a decided top-p request
+    lists its draw row alone)."""
+    rows = state.fallback.rows.cpu()
+    req = state.fallback.row_req.cpu()[rows[rows >= 0].long()]
+    return int((torch.bincount(req, minlength=state.tokens.shape[0]) >= 2).sum())
+
+
+@pytest.mark.parametrize("seed,vocab,spike", [(90, 700, 0.0), (91, 700, 9.0), (92, 2500, 6.0), (93, 301, 14.0)])
+def test_stochastic_top_p_bounds_match_reference(seed, vocab, spike):
+    step = top_p_verify_step(seed, vocab, 12, spike)
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    state = impl.prepare(step)
+    assert state.fallback is not None and int(state.params.check.sum()) == step.logits.shape[0]
+    tokens, counts = impl.launch(state)
+    compare(step, impl.result(state, tokens, counts), ReferenceSampler().sample(step))
+
+
+def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs():
+    """Across these steps some tests are decided by the bounds and some go to the exact fallback; both
+    give the reference's tokens (so neither path is dead code)."""
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    pending = requests = 0
+    for seed in range(100, 106):
+        step = top_p_verify_step(seed, 200, 10, 0.0)
+        # a small top-p on a small flat vocabulary: a wide band [p S, p S + e_2], pending more often
+        step.top_p = torch.empty(step.num_requests).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(seed))
+        state = impl.prepare(step)
+        impl.launch(state)
+        pending += pending_requests(state)
+        requests += int((step.num_drafts > 0).sum())
+        compare(step, impl.sample(step), ReferenceSampler().sample(step))
+    assert 0 < pending < requests, (pending, requests)
+
+
+def test_stochastic_top_p_bounds_drafts_at_the_cut():
+    """Drafts on either side of the top-p cut (the first kept token c*, the last removed one): the kept
+    test and the case c* = d of the bounds are exercised where an off-by-one in the order would flip them."""
+    step = top_p_verify_step(110, 300, 12, 0.0)
+    step.min_p = torch.zeros(step.num_requests)
+    drafts = step.draft_token_ids.clone()
+    cu = step.cu_num_logits.tolist()
+    for r in range(step.num_requests):
+        for j, row in enumerate(range(cu[r], cu[r + 1] - 1)):
+            x = (step.logits[row].float() / step.temperature[r]).double()
+            order = torch.argsort(x, stable=True)
+            mass = torch.cumsum(torch.softmax(x, 0)[order], 0)
+            first_kept = int((mass > 1 - float(step.top_p[r])).nonzero()[0])
+            drafts[row] = int(order[first_kept - (j + r) % 2]) if first_kept else int(order[0])
+    step.draft_token_ids = drafts
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    compare(step, impl.sample(step), ReferenceSampler().sample(step))
+
+
+def test_stochastic_top_p_bounds_heavy_tokens_at_the_cut():
+    """Rows of four heavy tokens (masses 0.4, 0.3, 0.2, 0.06; 0.04 spread over the rest) at top-p 0.88:
+    the 0.06 token is the last removed one (reference: always rejected), the 0.2 token the first kept
+    (c* = d: the kept mass is S - Rb exactly). A kept test that counted d's own mass before it, or a
+    bound that dropped a case, accepts the removed token or misjudges the first kept one."""
+    g = torch.Generator().manual_seed(120)
+    step = synthetic_step(120, 500, 40, 3, greedy_frac=0.0, filters=False, ks=[3] * 40)
+    n, v = step.logits.shape
+    logits = torch.empty(n, v)
+    drafts = step.draft_token_ids.clone()
+    for row in range(n):
+        mass = torch.full((v,), 0.04 / (v - 4))
+        heavy = torch.randperm(v, generator=g)[:4]
+        mass[heavy] = torch.tensor([0.4, 0.3, 0.2, 0.06])
+        logits[row] = torch.log(mass) + 2.0
+        if drafts[row] >= 0:
+            drafts[row] = int(heavy[3 - (row % 2)])  # the removed 0.06 token, or the first kept 0.2 one
+    step.logits, step.draft_token_ids = logits, drafts
+    step.temperature = torch.ones(40)
+    step.top_p = torch.full((40,), 0.88)
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    compare(step, impl.sample(step), ReferenceSampler().sample(step))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Nsight Compute Speed-of-Light (SM % and DRAM %) of the kernels that dominate each production shape, on the
 # lent H200, from the repo root:  run(command="bash tools/run_gpu_ncu.sh", timeout_s=300)
-# The check pass runs 4 times per sampler launch (first pass + 3 rounds): skip 8 profiles the first pass of
-# the third launch (skip 2 profiled a later round before). Output: $OUT/ncu.txt (one block per kernel: shape, kernel, duration, SM %, DRAM %).
+# The check pass and the verify position kernel run 4 times per sampler launch (check: first pass + 3 rounds;
+# position: k = 4): skip 8 profiles the first of them in the third launch (skip 2 profiled a later round before).
+# Output: $OUT/ncu.txt (one block per kernel: shape, kernel, duration, SM %, DRAM %).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/ncu_out}"; mkdir -p "$OUT"
@@ -17,9 +18,9 @@ profile() {  # profile LABEL KERNEL_REGEX SKIP ARGS...: the kernel's (SKIP+1)-th
 {
   profile "plain R=256 V=248320" _draw_kernel 2 --impl gumbel-max --R 256 --k 0
   profile "plain R=1 V=248320" _draw_kernel 2 --impl gumbel-max --R 1 --k 0
-  profile "verify k=4 R=256" _stats_kernel 2 --impl stochastic --R 256 --k 4
+  profile "verify k=4 R=256 (position 0)" _position_kernel 8 --impl stochastic --R 256 --k 4
   profile "verify k=4 R=256" _draw_kernel 2 --impl stochastic --R 256 --k 4
-  profile "verify k=4 R=64" _stats_kernel 2 --impl stochastic --R 64 --k 4
+  profile "verify k=4 R=64 (position 0)" _position_kernel 8 --impl stochastic --R 64 --k 4
   profile "top-p 0.9 R=256 (sample-and-check: the check pass)" _check_kernel 8 --impl gumbel-max --R 256 --k 0 --top-p 0.9
   profile "top-p 0.9 R=1 (sample-and-check: the check pass)" _check_kernel 8 --impl gumbel-max --R 1 --k 0 --top-p 0.9
   profile "verify k=4 top-p 0.9 R=64 (one search round)" _round_kernel 2 --impl stochastic --R 64 --k 4 --top-p 0.9

@@ -1,0 +1,144 @@
+"""Top-p accept tests of a verify decided by bounds on the kept mass, without the cut (``stochastic``).
+
+A stochastic verify accepts draft d at a row iff ``log p(d) > log u + log q(d)``, where ``p`` is the
+softmax of the processed row: after top-p, ``p(d) = e_d / S_kept`` if d is kept, else 0
+(``e_j = exp(x_j - M)``, ``M`` the row's largest value, ``S`` the sum of every ``e_j`` left by min-p).
+Searching the top-p cut of every verify row costs up to 23 passes over it (:mod:`replay_kernels.filters`).
+One pass gives ``S``, ``Rb`` (the mass strictly before d in the ascending ``(value, token id)`` order
+the oracle sorts by) and ``X2`` (the largest value strictly before d), and with them:
+
+* d is kept iff ``(Rb + e_d) / S > 1 - p`` (the oracle's sorted ``cumsum > 1 - p`` at d);
+* the removed mass ``R*`` is the largest prefix sum of the order that is at most ``(1 - p) S``, and
+  ``c*``, the first kept token, is at or before d. If ``Rb <= (1 - p) S``, ``c* = d`` and
+  ``S_kept = S - Rb``. Otherwise ``c*`` is strictly before d: ``R* <= (1 - p) S`` and
+  ``R* > (1 - p) S - e_c*`` with ``e_c* <= exp(X2 - M)``, and ``R* <= Rb``, so
+  ``S_kept`` lies in ``[max(p S, S - Rb), min(S, p S + exp(X2 - M))]``.
+
+So ``log p(d)`` lies in ``[x_d - M - log(hi), x_d - M - log(lo)]``; when the threshold ``log u + log q``
+is outside that interval (with a margin for fp32 rounding: ``BOUND_TOL`` relative on the sums,
+``LOG_MARGIN`` on the logs) the test is decided exactly as with the cut. Otherwise (the threshold
+inside, or ``(Rb + e_d) / S`` or ``Rb`` within rounding of ``(1 - p) S``) the request is *pending*:
+its walk stops at that position, and :func:`launch_fallback` searches the exact cut of its rows
+from there on (the filter passes over a row list filled on the device), after which the position
+launches run again for the pending requests with the exact cuts. The draw rows of the top-p requests
+(bonus, placeholder or one-hot residual) are then drawn by sample-and-check (:mod:`replay_kernels.sample_check`):
+a drawn token the check finds outside the top-p set is drawn again above it.
+
+Measured on the benchmark's SYNTHETIC rows (randn * 3 plus a peak, drafts the argmax 70% of the time)
+about 0.5% of tests land inside the bounds with ``X2`` alone; on real rows a few %. Used for rows whose
+request has top-p without top-k and no draft logits (``RowParams.check``); the others keep the search.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .filters import FilterScratch, launch_filters
+
+BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
+LOG_MARGIN = tl.constexpr(1e-5)   # absolute, on the log-domain comparison
+
+VERDICT_REJECT = tl.constexpr(0)
+VERDICT_ACCEPT = tl.constexpr(1)
+VERDICT_PENDING = tl.constexpr(2)
+
+# a request's walk (``walk[r]``)
+WALK_DONE = tl.constexpr(0)     # stopped (rejection, greedy mismatch, placeholder) or all accepted
+WALK_OPEN = tl.constexpr(1)     # verifying, bounds allowed
+WALK_PENDING = tl.constexpr(2)  # stopped at ``pend[r]`` on an undecided test: waits for the exact cut
+WALK_EXACT = tl.constexpr(3)    # verifying again after the fallback, with the exact cuts
+
+
+@triton.jit
+def tile_before(x, offs, xd, d, e, rb, x2, scale):
+    """Rescaled running (mass strictly before d, largest value strictly before d) after one tile;
+    ``e = exp(x - m_new)`` (0 on -inf lanes), ``scale = exp(m_old - m_new)``."""
+    before = (x < xd) | ((x == xd) & (offs < d))
+    rb = rb * scale + tl.sum(tl.where(before, e, 0.0), axis=0)
+    x2 = tl.maximum(x2, tl.max(tl.where(before, x, float("-inf")), axis=0))
+    return rb, x2
+
+
+@triton.jit
+def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p):
+    """Accept, reject or pending for a kept-or-not draft of processed value ``xd`` (-inf: removed by
+    min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp, Rb, X2)."""
+    gm = tl.full((), float("-inf"), tl.float32)
+    x2 = tl.full((), float("-inf"), tl.float32)
+    for j in range(0, NB):
+        gm = tl.maximum(gm, tl.load(smax_ptr + base + j, cache_modifier=".cg"))
+        x2 = tl.maximum(x2, tl.load(sx2_ptr + base + j, cache_modifier=".cg"))
+    S = tl.zeros((), tl.float32)
+    rb = tl.zeros((), tl.float32)
+    for j in range(0, NB):
+        m = tl.load(smax_ptr + base + j, cache_modifier=".cg")
+        w = tl.where(m > float("-inf"), tl.exp(m - gm), 0.0)
+        S += tl.load(ssum_ptr + base + j, cache_modifier=".cg") * w
+        rb += tl.load(srb_ptr + base + j, cache_modifier=".cg") * w
+    verdict = VERDICT_REJECT + tl.zeros((), tl.int32)
+    if xd > float("-inf"):
+        ed = tl.exp(xd - gm)
+        omp = (1.0 - p) * S
+        low = rb + ed
+        near = (tl.abs(low - omp) <= BOUND_TOL * S) | (tl.abs(rb - omp) <= BOUND_TOL * S)
+        if near:
+            verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
+        elif low > omp:  # kept
+            lo = tl.maximum(p * S, S - rb)
+            hi = tl.where(rb <= omp, S - rb, tl.minimum(S, p * S + tl.exp(x2 - gm)))
+            lo = lo * (1.0 - BOUND_TOL)
+            hi = hi * (1.0 + BOUND_TOL)
+            if xd - gm - tl.log(hi) > thr + LOG_MARGIN:
+                verdict = VERDICT_ACCEPT + tl.zeros((), tl.int32)
+            elif xd - gm - tl.log(lo) > thr - LOG_MARGIN:
+                verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
+    return verdict
+
+
+@triton.jit
+def _fallback_rows_kernel(cu_ptr, row_req_ptr, check_ptr, walk_ptr, pend_ptr, cut_val_ptr, cut_idx_ptr, fb_rows_ptr, fb_cut_val_ptr, fb_cut_idx_ptr):
+    """Grid (N,): copy the row's cut into the fallback's cut arrays, and list the row (else -1) when it
+    needs the exact top-p cut: a row of a pending request at or after its pending position."""
+    row = tl.program_id(0)
+    tl.store(fb_cut_val_ptr + row, tl.load(cut_val_ptr + row))
+    tl.store(fb_cut_idx_ptr + row, tl.load(cut_idx_ptr + row))
+    r = tl.load(row_req_ptr + row)
+    pending = (tl.load(walk_ptr + r) == WALK_PENDING) & (row - tl.load(cu_ptr + r) >= tl.load(pend_ptr + r))
+    listed = (tl.load(check_ptr + row) != 0) & pending
+    tl.store(fb_rows_ptr + row, tl.where(listed, row, -1))
+
+
+@dataclass
+class Fallback:
+    """Scratch of the fallback for N rows: rows [N] int32 (row or -1), the cut arrays the later
+    launches read, cut_val [N] float32 / cut_idx [N] int32, row_req [N] int32 (the request of each row),
+    and the filter passes' scratch over N rows (top-p stages)."""
+
+    rows: torch.Tensor
+    cut_val: torch.Tensor
+    cut_idx: torch.Tensor
+    row_req: torch.Tensor
+    filters: FilterScratch
+
+    @classmethod
+    def allocate(cls, row_req: torch.Tensor, vocab: int, any_min_p: bool, span: int, device) -> "Fallback":
+        n = max(row_req.numel(), 1)
+        i32 = dict(dtype=torch.int32, device=device)
+        return cls(rows=torch.empty(n, **i32), cut_val=torch.empty(n, dtype=torch.float32, device=device),
+                   cut_idx=torch.empty(n, **i32), row_req=row_req.to(**i32),
+                   filters=FilterScratch.allocate(n, vocab, device, any_topk=False, any_topp=True,
+                                                  any_bound=any_min_p, span=span))
+
+
+def launch_fallback(fb: Fallback, logits: torch.Tensor, cu: torch.Tensor, params, walk: torch.Tensor,
+                    pend: torch.Tensor) -> None:
+    """Device work: list the rows that need the exact cut and search it into ``fb.cut_val`` /
+    ``fb.cut_idx`` (every other row gets a copy of its prepared cut)."""
+    n = fb.row_req.numel()
+    _fallback_rows_kernel[(n,)](cu, fb.row_req, params.check, walk, pend, params.cut_val,
+                                params.cut_idx, fb.rows, fb.cut_val, fb.cut_idx, num_warps=1)
+    launch_filters(logits, fb.rows, params.temp_div, params.log_min_p, params.top_k, params.top_p, fb.cut_val,
+                   fb.cut_idx, fb.filters)
