@@ -29,7 +29,10 @@ Kernels, grids and bytes (N rows, R requests, V vocabulary, 4 B per fp32 logit)
    runs the accept test of position i; a rejection, a greedy mismatch or a placeholder ends the walk
    (``verifying[r] = 0``) and fixes the draw plan (mode, row, slot, rejected draft, LSEs). Requests that
    stopped, or have no draft at i, exit after two loads. Launch 0 also writes the default plan (the bonus
-   row's draw).
+   row's draw). Below ``FUSED_BELOW`` requests, ONE launch of grid ``(R, cdiv(V, SPAN), max_k)`` reads
+   every verify row (after a rejection too) and the last program of each request runs the tests of its
+   positions in order: one launch instead of max_k, where launch latency outweighs the extra rows.
+   Spans, sums and tests are the same in both layouts (verify_stats.py), so are the tokens.
 2. ``draw._draw_kernel`` grid ``(R, SPLITS)``: reads the R resample / bonus rows once
    (R V x 4 B, plus the rejected draft row with draft logits), pruned Gumbel-max or
    argmax, writes the drawn token and the -1 pads.
@@ -60,105 +63,21 @@ from .draw import (DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TA
                    DrawScratch, _draw_kernel, block_argmax, last_to_arrive)
 from .filters import FILTER_SPAN
 from .sample_check import EXTRA_ROUNDS, ROUND_SPLIT_FACTOR, CheckScratch, launch_check, launch_finish
-from .params import RowParams, host_step, launch_params, load_processed, prepare_params
+from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
 from .verify_bounds import (VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_OPEN, WALK_PENDING,
-                           Fallback, bounded_verdict, launch_fallback, tile_before)
+                           Fallback, bounded_verdict, launch_fallback)
+from .verify_stats import global_lse, processed_at, span_stats
 
 # The position launches' tile, span per program and warps: fixed (they set the order of each row's fp32 sums,
 # and tokens must not depend on the batch); measured in docs/KERNELS.md "Position launch shape".
 STATS_BLOCK = 2048
 STATS_SPAN = 8192
 POSITION_WARPS = 4
+# Batches of fewer requests verify every draft position in one launch (``_position_kernel`` ALL: the rows
+# after a rejection are read too, but one launch replaces max_k); same stats and tests, so same tokens.
+FUSED_BELOW = 32
 WALK_CHUNK = 64
-
-
-@triton.jit
-def _online(m, acc, x):
-    """Running (max, sum of exp(x - max)) after adding the tile ``x`` (one rescale per tile)."""
-    m_new = tl.maximum(m, tl.max(x, axis=0))
-    if m_new > float("-inf"):
-        acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
-    return m_new, acc
-
-
-@triton.jit
-def _global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
-    """log-sum-exp of a row from its span (max, sum-exp) stats (read through L2: they were written by the
-    other programs of the same launch)."""
-    gm = tl.full((), float("-inf"), tl.float32)
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        gm = tl.maximum(gm, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
-                                           cache_modifier=".cg"), axis=0))
-    tot = tl.zeros((), tl.float32)
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
-        s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0, cache_modifier=".cg")
-        tot += tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
-    return gm + tl.log(tot)
-
-
-@triton.jit
-def _processed_at(row_base, d, t, cv, ci):
-    """The processed value of token ``d`` of a row (temperature, filter bound; NaN read as -inf)."""
-    xd = tl.math.div_rn(tl.load(row_base + d).to(tl.float32), t)
-    return tl.where((xd > cv) | ((xd == cv) & (d >= ci)), xd, float("-inf"))
-
-
-@triton.jit
-def _span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr,
-                dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, out,
-                HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr):
-    """The stats of lanes [lo, hi) of one verify row, stored at ``out``: raw max + left-most argmax
-    (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
-    ``bounded`` rows also the mass and the largest value strictly before the draft ``d``
-    (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out)."""
-    if greedy:
-        best = tl.full((), float("-inf"), tl.float32)
-        best_idx = lo
-        for start in range(lo, hi, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            raw = tl.load(row_base + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
-            m, a = tl.max(tl.where(raw != raw, float("-inf"), raw), axis=0, return_indices=True)
-            if m > best:
-                best = m
-                best_idx = start + a
-        tl.store(smax_ptr + out, best)
-        tl.store(sarg_ptr + out, best_idx)
-    else:
-        m = tl.full((), float("-inf"), tl.float32)
-        s = tl.zeros((), tl.float32)
-        qm = tl.full((), float("-inf"), tl.float32)
-        qs = tl.zeros((), tl.float32)
-        rb = tl.zeros((), tl.float32)
-        x2 = tl.full((), float("-inf"), tl.float32)
-        for start in range(lo, hi, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            x = load_processed(row_base, offs, hi, t, cv, ci)
-            if bounded:
-                m_new = tl.maximum(m, tl.max(x, axis=0))
-                if m_new > float("-inf"):
-                    scale = tl.exp(m - m_new)
-                    e = tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0)
-                    s = s * scale + tl.sum(e, axis=0)
-                    rb, x2 = tile_before(x, offs, xd, d, e, rb, x2, scale)
-                m = m_new
-            else:
-                m, s = _online(m, s, x)
-            if HAS_DRAFT:
-                q = tl.load(draft_base + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
-                q = tl.math.div_rn(q, temp)
-                qm, qs = _online(qm, qs, tl.where(q != q, float("-inf"), q))
-        tl.store(smax_ptr + out, m)
-        tl.store(ssum_ptr + out, s)
-        if bounded:
-            tl.store(srb_ptr + out, rb)
-            tl.store(sx2_ptr + out, x2)
-        if HAS_DRAFT:
-            tl.store(dmax_ptr + out, qm)
-            tl.store(dsum_ptr + out, qs)
 
 
 @triton.jit
@@ -171,19 +90,86 @@ def _close(r, mode, rrow, slot, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_p
     tl.store(walk_ptr + r, WALK_DONE)
 
 
-@triton.jit(do_not_specialize=["i"])
-def _position_kernel(i, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
+@triton.jit
+def _accept_test(r, i, start, greedy, temp, base, cu_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
+                 l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
+                 smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, walk_ptr, pend_ptr,
+                 tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
+                 lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr,
+                 CHUNK: tl.constexpr):
+    """The accept test of request r's draft position i from the row's span stats at ``base``: writes the
+    accepted token (returns 1), or ends the walk (rejection, greedy mismatch, placeholder: the count and
+    the draw plan) or makes the request pending (undecided by the top-p bounds); returns 0 then."""
+    row = start + i
+    d = tl.load(dtok_row_ptr + row)
+    go = tl.zeros((), tl.int32)
+    if greedy:
+        _, best = block_argmax(smax_ptr, sarg_ptr, base, NB, CHUNK)
+        tl.store(tokens_ptr + r * tok_stride + i, best.to(tl.int64))
+        if (d < 0) | (best != d):  # the argmax is the last token: nothing to draw
+            _close(r, MODE_NONE, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
+        else:
+            go = go + 1
+    elif d < 0:  # a placeholder ends verification: draw from the target at its row
+        _close(r, MODE_TARGET, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
+    else:
+        vi = tl.load(vidx_ptr + row)
+        xd = processed_at(logits_ptr + row.to(tl.int64) * l_stride, d, tl.load(temp_div_ptr + row),
+                          tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row))
+        u = accept_uniform(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+        lt = tl.zeros((), tl.float32)
+        lq = tl.zeros((), tl.float32)
+        bounded = False
+        if BOUNDED:
+            bounded = tl.load(check_ptr + row) != 0
+        if bounded:  # one-hot drafts: log q = 0
+            verdict = bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, tl.log(u),
+                                      tl.load(topp_ptr + row))
+        else:
+            lt = global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
+            log_q = tl.zeros((), tl.float32)
+            if HAS_DRAFT:
+                lq = global_lse(dmax_ptr, dsum_ptr, base, NB, CHUNK)
+                qd = tl.load(draft_ptr + vi.to(tl.int64) * d_stride + d).to(tl.float32)
+                log_q = tl.math.div_rn(qd, temp) - lq
+            verdict = tl.where(xd - lt > tl.log(u) + log_q, VERDICT_ACCEPT, VERDICT_REJECT)
+        if verdict == VERDICT_ACCEPT:
+            tl.store(tokens_ptr + r * tok_stride + i, d.to(tl.int64))
+            go = go + 1
+            if EXACT:
+                tl.store(walk_ptr + r, WALK_EXACT)
+        elif verdict == VERDICT_REJECT:  # resample from the residual at this row
+            tl.store(rdrow_ptr + r, vi)
+            tl.store(rdtok_ptr + r, d)
+            tl.store(lse_t_ptr + r, lt)
+            tl.store(lse_q_ptr + r, lq)
+            _close(r, MODE_RESIDUAL, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
+        else:  # undecided by the bounds: wait for the exact cut (verify_bounds.launch_fallback)
+            tl.store(pend_ptr + r, i)
+            tl.store(walk_ptr + r, WALK_PENDING)
+    return go
+
+
+@triton.jit(do_not_specialize=["i0"])
+def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
                      logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
                      check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr,
                      arrivals_ptr, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr,
-                     mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, V, NB,
-                     HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr,
+                     mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, V, NB, P,
+                     HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr, ALL: tl.constexpr,
                      SPAN: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
-    """Draft position ``i`` of every request still verifying: span stats of its row, then (in the last
-    program of the request to arrive) the accept test of position i, which may end the request's walk.
-    ``EXACT``: the second round after the fallback, for the pending requests, with the exact cuts."""
+    """Draft position ``i0`` of every request still verifying: span stats of its row, then (in the last
+    program of the request to arrive) the accept test of position i0, which may end the request's walk.
+    ``EXACT``: the second round after the fallback, for the pending requests, with the exact cuts.
+    ``ALL`` (few requests): every position at once, grid axis 2, stats of each position in its own slot
+    of the P; the last program of the request walks the positions in order (same stats, same tests)."""
     r = tl.program_id(0)
     b = tl.program_id(1)
+    i = i0
+    slot = 0
+    if ALL:
+        i = tl.program_id(2)
+        slot = i
     start = tl.load(cu_ptr + r)
     k = tl.load(cu_ptr + r + 1) - start - 1
     temp = tl.load(req_temp_ptr + r)
@@ -192,71 +178,52 @@ def _position_kernel(i, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, v
     if EXACT:
         walk = tl.load(walk_ptr + r)
         verifying = verifying & ((walk == WALK_EXACT) | ((walk == WALK_PENDING) & (tl.load(pend_ptr + r) == i)))
-    elif i == 0:
-        if b == 0:  # the plan if every draft is accepted (or k = 0): the bonus row's draw
+    else:
+        if (i == 0) & (b == 0):  # the plan if every draft is accepted (or k = 0): the bonus row's draw
             tl.store(mode_ptr + r, tl.where(greedy, MODE_GREEDY, MODE_TARGET))
             tl.store(rrow_ptr + r, start + k)
             tl.store(slot_ptr + r, k)
             tl.store(counts_ptr + r, k + 1)
             tl.store(walk_ptr + r, WALK_OPEN)
-    elif verifying:
-        verifying = tl.load(walk_ptr + r) == WALK_OPEN  # written by the launch of position i - 1
+        if not ALL:
+            if i > 0:
+                verifying = verifying & (tl.load(walk_ptr + r) == WALK_OPEN)  # from the launch of i - 1
     if verifying:
         row = start + i
         d = tl.load(dtok_row_ptr + row)
-        vi = tl.load(vidx_ptr + row)
-        t = tl.load(temp_div_ptr + row)
-        cv = tl.load(cut_val_ptr + row)
-        ci = tl.load(cut_idx_ptr + row)
-        row_base = logits_ptr + row.to(tl.int64) * l_stride
-        bounded = False  # top-p decided by bounds (verify_bounds.py); never in the EXACT round
-        if BOUNDED:
-            bounded = (tl.load(check_ptr + row) != 0) & (d >= 0)
-        xd = tl.full((), float("-inf"), tl.float32)
-        if (not greedy) & (d >= 0):
-            xd = _processed_at(row_base, d, t, cv, ci)
-        lo = b * SPAN
         if greedy | (d >= 0):  # a stochastic placeholder needs no stats
-            _span_stats(row_base, draft_ptr + vi.to(tl.int64) * d_stride, lo, tl.minimum(lo + SPAN, V), greedy,
-                        bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr,
-                        sx2_ptr, r * NB + b, HAS_DRAFT, BLOCK)
+            t = tl.load(temp_div_ptr + row)
+            cv = tl.load(cut_val_ptr + row)
+            ci = tl.load(cut_idx_ptr + row)
+            row_base = logits_ptr + row.to(tl.int64) * l_stride
+            bounded = False  # top-p decided by bounds (verify_bounds.py); never in the EXACT round
+            xd = tl.full((), float("-inf"), tl.float32)
+            if BOUNDED:
+                bounded = (tl.load(check_ptr + row) != 0) & (d >= 0)
+                if bounded:
+                    xd = processed_at(row_base, d, t, cv, ci)
+            lo = b * SPAN
+            span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo,
+                       tl.minimum(lo + SPAN, V), greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
+                       sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK)
+    if ALL:  # every program of the request arrives; the last walks the positions
+        if last_to_arrive(arrivals_ptr, r, NB * P):
+            go = tl.full((), 1, tl.int32)
+            for j in range(0, k):
+                if go != 0:
+                    go = _accept_test(r, j, start, greedy, temp, (r * P + j) * NB, cu_ptr, seed_ptr, dtok_row_ptr,
+                                      pos_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr,
+                                      cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr,
+                                      dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, walk_ptr, pend_ptr, tokens_ptr,
+                                      tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
+                                      lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
+    elif verifying:
         if last_to_arrive(arrivals_ptr, r, NB):
-            base = r * NB
-            if greedy:
-                _, best = block_argmax(smax_ptr, sarg_ptr, base, NB, CHUNK)
-                tl.store(tokens_ptr + r * tok_stride + i, best.to(tl.int64))
-                if (d < 0) | (best != d):  # the argmax is the last token: nothing to draw
-                    _close(r, MODE_NONE, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
-            elif d < 0:  # a placeholder ends verification: draw from the target at its row
-                _close(r, MODE_TARGET, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
-            else:
-                u = accept_uniform(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
-                lt = tl.zeros((), tl.float32)
-                lq = tl.zeros((), tl.float32)
-                if bounded:  # one-hot drafts: log q = 0
-                    verdict = bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, tl.log(u),
-                                              tl.load(topp_ptr + row))
-                else:
-                    lt = _global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
-                    log_q = tl.zeros((), tl.float32)
-                    if HAS_DRAFT:
-                        lq = _global_lse(dmax_ptr, dsum_ptr, base, NB, CHUNK)
-                        qd = tl.load(draft_ptr + vi.to(tl.int64) * d_stride + d).to(tl.float32)
-                        log_q = tl.math.div_rn(qd, temp) - lq
-                    verdict = tl.where(xd - lt > tl.log(u) + log_q, VERDICT_ACCEPT, VERDICT_REJECT)
-                if verdict == VERDICT_ACCEPT:
-                    tl.store(tokens_ptr + r * tok_stride + i, d.to(tl.int64))
-                    if EXACT:
-                        tl.store(walk_ptr + r, WALK_EXACT)
-                elif verdict == VERDICT_REJECT:  # resample from the residual at this row
-                    tl.store(rdrow_ptr + r, vi)
-                    tl.store(rdtok_ptr + r, d)
-                    tl.store(lse_t_ptr + r, lt)
-                    tl.store(lse_q_ptr + r, lq)
-                    _close(r, MODE_RESIDUAL, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
-                else:  # undecided by the bounds: wait for the exact cut (verify_bounds.launch_fallback)
-                    tl.store(pend_ptr + r, i)
-                    tl.store(walk_ptr + r, WALK_PENDING)
+            _accept_test(r, i, start, greedy, temp, r * P * NB, cu_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
+                         logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
+                         check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr,
+                         walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr,
+                         rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
 
 
 @dataclass
@@ -266,8 +233,9 @@ class VerifyState:
     logits [N, V] engine dtype; draft_logits [N-R, V] or None; params: RowParams ([N] rows);
     cu [R+1] int32; req_temp [R] f32; seed [R] int64; draft_tokens [N] int32;
     positions [N] int64; vidx [N] int32 (draft/verify row per logits row, -1 on bonus rows);
-    span stats of the position in flight smax/ssum/sarg/dmax/dsum/srb/sx2 [R, NB_stats] (srb/sx2: top-p
-    bounds, verify_bounds.py); arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes)
+    span stats smax/ssum/sarg/dmax/dsum/srb/sx2 [R, NB_stats] of the position in flight, or [R, max_k x
+    NB_stats] of every position when ``fused`` (fewer than ``fused_below`` requests: one position launch)
+    (srb/sx2: top-p bounds, verify_bounds.py); arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes)
     and pend [R] int32 (the position of an undecided test); draw plan mode/rrow/slot/
     rdrow/rdtok [R] int32, lse_t/lse_q [R] f32; draw: DrawScratch (partials and arrival counters);
     outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
@@ -308,6 +276,7 @@ class VerifyState:
     routes: torch.Tensor
     num_stats_blocks: int
     positions_launched: int
+    fused: bool
     fallback: Fallback | None
     check: CheckScratch | None
     round_draw: DrawScratch | None
@@ -323,8 +292,10 @@ class StochasticSampler(LaunchSampler):
     requires_cuda = False
 
     def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int | None = None,
-                 filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS):
+                 filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS,
+                 fused_below: int = FUSED_BELOW):
         self.stats_block = stats_block
+        self.fused_below = fused_below
         self.position_warps = position_warps
         self.stats_span = stats_span or STATS_SPAN // STATS_BLOCK * stats_block  # 4 tiles a span
         self.draw_block = draw_block
@@ -366,17 +337,19 @@ class StochasticSampler(LaunchSampler):
             check = CheckScratch.allocate(r, n, v, device, self.filter_span)
             round_draw = DrawScratch.allocate(r, v, self.draw_block, device, self.programs or DRAW_PROGRAMS,
                                               split_as_rows=max(1, r // ROUND_SPLIT_FACTOR))
-        bounded_stats = (rs, nbs) if params.any_check else (1, 1)
+        fused = r < self.fused_below
+        slots = nbs * max(1, host.max_drafts) if fused else nbs  # span stats per request
+        bounded_stats = (rs, slots) if params.any_check else (1, 1)
         return VerifyState(
             logits=logits, draft_logits=draft, params=params,
             cu=step.cu_num_logits.to(**i32), req_temp=step.temperature.to(**f32),
             seed=step.seed.to(device=device, dtype=torch.int64),
             draft_tokens=step.draft_token_ids.to(**i32),
             positions=step.positions.to(device=device, dtype=torch.int64), vidx=vidx.to(**i32),
-            smax=torch.empty((rs, nbs), **f32), ssum=torch.empty((rs, nbs), **f32),
-            sarg=torch.empty((rs, nbs), **i32),
-            dmax=torch.empty((rs, nbs) if draft is not None else (1, 1), **f32),
-            dsum=torch.empty((rs, nbs) if draft is not None else (1, 1), **f32),
+            smax=torch.empty((rs, slots), **f32), ssum=torch.empty((rs, slots), **f32),
+            sarg=torch.empty((rs, slots), **i32),
+            dmax=torch.empty((rs, slots) if draft is not None else (1, 1), **f32),
+            dsum=torch.empty((rs, slots) if draft is not None else (1, 1), **f32),
             srb=torch.empty(bounded_stats, **f32), sx2=torch.empty(bounded_stats, **f32),
             arrivals=torch.zeros(rs, **i32), walk=torch.zeros(rs, **i32), pend=torch.zeros(rs, **i32),
             mode=torch.empty(rs, **i32), rrow=torch.empty(rs, **i32), slot=torch.empty(rs, **i32),
@@ -386,7 +359,7 @@ class StochasticSampler(LaunchSampler):
             check=check, round_draw=round_draw,
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r, **i32), routes=routes,
-            num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fallback=fallback)
+            num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback)
 
     def launch(self, s: VerifyState) -> tuple[torch.Tensor, torch.Tensor]:
         """Device work only (no host sync, graph-capturable): returns ``(tokens, counts)``.
@@ -432,15 +405,18 @@ class StochasticSampler(LaunchSampler):
             num_warps=d.warps)
 
     def _positions(self, s: VerifyState, draft, d_stride: int, cut_val, cut_idx, exact: bool) -> None:
-        """One ``_position_kernel`` launch per draft position (``exact``: the pending requests' round)."""
+        """One ``_position_kernel`` launch per draft position (``exact``: the pending requests' round), or one
+        for them all (``s.fused``, not for the exact round)."""
         p = s.params
-        for i in range(s.positions_launched):
-            _position_kernel[(s.tokens.shape[0], s.num_stats_blocks)](
+        fused = s.fused and not exact
+        slots = s.positions_launched if fused else 1
+        for i in range(1 if fused else s.positions_launched):
+            _position_kernel[(s.tokens.shape[0], s.num_stats_blocks, slots)](
                 i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
                 s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
                 s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.srb, s.sx2, s.arrivals, s.walk, s.pend, s.tokens,
                 s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
-                s.logits.shape[1], s.num_stats_blocks, HAS_DRAFT=s.draft_logits is not None,
-                BOUNDED=(s.fallback is not None) and not exact, EXACT=exact,
+                s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
+                BOUNDED=(s.fallback is not None) and not exact, EXACT=exact, ALL=fused,
                 SPAN=self.stats_span, BLOCK=self.stats_block, CHUNK=WALK_CHUNK,
                 num_warps=self.position_warps)

@@ -226,6 +226,28 @@ def test_stochastic_all_k0_and_all_greedy():
     compare(greedy, StochasticSampler(stats_block=128).sample(greedy), ReferenceSampler().sample(greedy))
 
 
+@pytest.mark.parametrize("seed", [150, 151, 152])
+def test_stochastic_fused_and_per_position_launches_agree(seed):
+    """Few requests verify every position in one launch (``fused_below``), more in one launch per position:
+    both read the same span stats and run the same tests, so the tokens (and with them a request's tokens
+    whatever batch it is in) are the same. Mixed greedy / stochastic, placeholders, draft logits, and
+    top-p steps whose bounds leave some tests pending."""
+    steps = [synthetic_step(seed, 300, 9, 4, draft_logits=seed % 2 == 0, placeholders=True, filters=True),
+             synthetic_step(seed + 10, 257, 7, 3, ties=True, ks=[3, 0, 1, 3, 2, 3, 3])]
+    top_p = top_p_verify_step(seed, 200, 10, 0.0)
+    top_p.top_p = torch.empty(10).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(seed))
+    steps.append(top_p)
+    kw = dict(stats_block=64, draw_block=64, stats_span=128, filter_span=128)
+    for step in steps:
+        fused, per_position = StochasticSampler(fused_below=1 << 30, **kw), StochasticSampler(fused_below=0, **kw)
+        a, b = fused.prepare(step), per_position.prepare(step)
+        assert a.fused and not b.fused
+        fused.launch(a)
+        per_position.launch(b)
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.counts, b.counts)
+        compare(step, fused.result(a, a.tokens, a.counts), ReferenceSampler().sample(step))
+
+
 def test_stochastic_prepare_launch_is_repeatable():
     step = synthetic_step(40, 300, 5, 3, draft_logits=True)
     impl = StochasticSampler(stats_block=64, draw_block=64)

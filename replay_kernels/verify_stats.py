@@ -1,0 +1,104 @@
+"""Span statistics of one verify row and the row's log-sum-exp from them (``stochastic``'s position launches).
+
+A verify row is read in spans of ``SPAN`` elements (tiles of ``BLOCK``), one program a span. Per span:
+the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
+exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
+the mass and largest value strictly before the draft (replay_kernels/verify_bounds.py). The accept test
+adds the spans in span order (:func:`global_lse`), so a row's sums depend on SPAN and BLOCK only, never on
+the batch or on how the launches are laid out.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .params import load_processed
+from .verify_bounds import tile_before
+
+
+@triton.jit
+def online(m, acc, x):
+    """Running (max, sum of exp(x - max)) after adding the tile ``x`` (one rescale per tile)."""
+    m_new = tl.maximum(m, tl.max(x, axis=0))
+    if m_new > float("-inf"):
+        acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
+    return m_new, acc
+
+
+@triton.jit
+def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
+    """log-sum-exp of a row from its span (max, sum-exp) stats (read through L2: they were written by the
+    other programs of the same launch)."""
+    gm = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        gm = tl.maximum(gm, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
+                                           cache_modifier=".cg"), axis=0))
+    tot = tl.zeros((), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
+        s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0, cache_modifier=".cg")
+        tot += tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
+    return gm + tl.log(tot)
+
+
+@triton.jit
+def processed_at(row_base, d, t, cv, ci):
+    """The processed value of token ``d`` of a row (temperature, filter bound; NaN read as -inf)."""
+    xd = tl.math.div_rn(tl.load(row_base + d).to(tl.float32), t)
+    return tl.where((xd > cv) | ((xd == cv) & (d >= ci)), xd, float("-inf"))
+
+
+@triton.jit
+def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr,
+                dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, out,
+                HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr):
+    """The stats of lanes [lo, hi) of one verify row, stored at ``out``: raw max + left-most argmax
+    (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
+    ``bounded`` rows also the mass and the largest value strictly before the draft ``d``
+    (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out)."""
+    if greedy:
+        best = tl.full((), float("-inf"), tl.float32)
+        best_idx = lo
+        for start in range(lo, hi, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            raw = tl.load(row_base + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
+            m, a = tl.max(tl.where(raw != raw, float("-inf"), raw), axis=0, return_indices=True)
+            if m > best:
+                best = m
+                best_idx = start + a
+        tl.store(smax_ptr + out, best)
+        tl.store(sarg_ptr + out, best_idx)
+    else:
+        m = tl.full((), float("-inf"), tl.float32)
+        s = tl.zeros((), tl.float32)
+        qm = tl.full((), float("-inf"), tl.float32)
+        qs = tl.zeros((), tl.float32)
+        rb = tl.zeros((), tl.float32)
+        x2 = tl.full((), float("-inf"), tl.float32)
+        for start in range(lo, hi, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            x = load_processed(row_base, offs, hi, t, cv, ci)
+            if bounded:
+                m_new = tl.maximum(m, tl.max(x, axis=0))
+                if m_new > float("-inf"):
+                    scale = tl.exp(m - m_new)
+                    e = tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0)
+                    s = s * scale + tl.sum(e, axis=0)
+                    rb, x2 = tile_before(x, offs, xd, d, e, rb, x2, scale)
+                m = m_new
+            else:
+                m, s = online(m, s, x)
+            if HAS_DRAFT:
+                q = tl.load(draft_base + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
+                q = tl.math.div_rn(q, temp)
+                qm, qs = online(qm, qs, tl.where(q != q, float("-inf"), q))
+        tl.store(smax_ptr + out, m)
+        tl.store(ssum_ptr + out, s)
+        if bounded:
+            tl.store(srb_ptr + out, rb)
+            tl.store(sx2_ptr + out, x2)
+        if HAS_DRAFT:
+            tl.store(dmax_ptr + out, qm)
+            tl.store(dsum_ptr + out, qs)
