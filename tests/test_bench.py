@@ -177,14 +177,15 @@ def test_triton_launch_counter_counts_and_restores():
 
     before = InterpretedFunction.run
     step = random_step(torch.Generator().manual_seed(5), TINY)
-    impl = StochasticSampler()
-    state = impl.prepare(step)
-    with triton_launches() as counts:
-        impl.launch(state)
-        impl.launch(state)
-    assert InterpretedFunction.run is before
-    assert state.positions_launched > 1  # one launch per draft position
-    assert counts == Counter({"_position_kernel": 2 * state.positions_launched, "_draw_kernel": 2})
+    for fused_below, per_launch in ((0, None), (1 << 30, 1)):  # one launch per draft position, or one for all
+        impl = StochasticSampler(fused_below=fused_below)
+        state = impl.prepare(step)
+        with triton_launches() as counts:
+            impl.launch(state)
+            impl.launch(state)
+        assert InterpretedFunction.run is before
+        assert state.positions_launched > 1 and state.fused == (per_launch == 1)
+        assert counts == Counter({"_position_kernel": 2 * (per_launch or state.positions_launched), "_draw_kernel": 2})
     # CUDA profiler names are shortened the same way for Triton and torch kernels
     assert short_kernel_name("_position_kernel") == "_position_kernel"
     assert short_kernel_name("void at::native::(anonymous namespace)::fill_kernel<long, 4>(int, long*)") == \
@@ -266,7 +267,8 @@ def test_bench_founding_greedy_only_vs_stochastic_counts_routes_and_kernels(foun
     assert a.requests_by_route == Counter({"greedy-verify": n}) and b.requests_by_route == \
         Counter({"stochastic-verify": n})
     assert a.violations == Counter({"stochastic-verify -> greedy-verify": n}) and not b.violations
-    launches = sum(max(1, r.step.max_drafts) for r in rec)  # one position launch per draft position
+    from replay_kernels.stochastic import FUSED_BELOW  # fewer requests: one position launch for all positions
+    launches = sum(1 if r.step.num_requests < FUSED_BELOW else max(1, r.step.max_drafts) for r in rec)
     assert a.kernels["_draw_kernel"] == len(rec) and b.kernels["_position_kernel"] == launches
     assert res.verdict.conclusive and res.ratio is not None and res.ratio.lo <= res.ratio.point <= res.ratio.hi
     # the ratio says what it rests on, and that 2 steps are too few for an honest step-level CI
