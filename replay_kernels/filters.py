@@ -183,13 +183,14 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
     lane skips it. As the interval narrows most tiles stop after the load."""
     f = tl.program_id(0)
     s = tl.program_id(1)
-    if tl.load(rows_ptr + f) >= 0:  # -1: a free slot of a list filled on the device
+    row = tl.load(rows_ptr + f)
+    if row >= 0:  # -1: a free slot of a list filled on the device
         lo = tl.load(lo_in + f)
         hi = tl.load(hi_in + f)
         below = tl.load(base_in + f)
         if not FIRST:
             if lo < hi:
-                kk = tl.load(topk_ptr + tl.load(rows_ptr + f))
+                kk = tl.load(topk_ptr + row)
                 lo, hi, below = _settle(lo, hi, below, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
                                         tl.load(omp_ptr + f), tl.load(ndrop_ptr + f), MODE, NC)
         if s == 0:
@@ -197,7 +198,6 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
             tl.store(hi_out + f, hi)
             tl.store(base_out + f, below)
         if lo < hi:
-            row = tl.load(rows_ptr + f)
             t = tl.load(temp_ptr + row)
             row_ptr = logits_ptr + row.to(tl.int64) * stride
             L = tl.load(bound_ptr + f)

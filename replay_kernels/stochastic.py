@@ -91,7 +91,7 @@ def _close(r, mode, rrow, slot, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_p
 
 
 @triton.jit
-def _accept_test(r, i, start, greedy, temp, base, cu_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
+def _accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
                  l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
                  smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, walk_ptr, pend_ptr,
                  tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
@@ -124,7 +124,7 @@ def _accept_test(r, i, start, greedy, temp, base, cu_ptr, seed_ptr, dtok_row_ptr
             bounded = tl.load(check_ptr + row) != 0
         if bounded:  # one-hot drafts: log q = 0
             verdict = bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, tl.log(u),
-                                      tl.load(topp_ptr + row))
+                                      tl.load(topp_ptr + row), CHUNK)
         else:
             lt = global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
             log_q = tl.zeros((), tl.float32)
@@ -211,7 +211,7 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
             go = tl.full((), 1, tl.int32)
             for j in range(0, k):
                 if go != 0:
-                    go = _accept_test(r, j, start, greedy, temp, (r * P + j) * NB, cu_ptr, seed_ptr, dtok_row_ptr,
+                    go = _accept_test(r, j, start, greedy, temp, (r * P + j) * NB, seed_ptr, dtok_row_ptr,
                                       pos_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr,
                                       cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr,
                                       dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, walk_ptr, pend_ptr, tokens_ptr,
@@ -219,7 +219,7 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
                                       lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
     elif verifying:
         if last_to_arrive(arrivals_ptr, r, NB):
-            _accept_test(r, i, start, greedy, temp, r * P * NB, cu_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
+            _accept_test(r, i, start, greedy, temp, r * P * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
                          logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
                          check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr,
                          walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr,

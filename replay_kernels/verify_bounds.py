@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from .filters import FilterScratch, launch_filters
+from .verify_stats import spans_max, spans_sum
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
 LOG_MARGIN = tl.constexpr(1e-5)   # absolute, on the log-domain comparison
@@ -53,31 +54,13 @@ WALK_EXACT = tl.constexpr(3)    # verifying again after the fallback, with the e
 
 
 @triton.jit
-def tile_before(x, offs, xd, d, e, rb, x2, scale):
-    """Rescaled running (mass strictly before d, largest value strictly before d) after one tile;
-    ``e = exp(x - m_new)`` (0 on -inf lanes), ``scale = exp(m_old - m_new)``."""
-    before = (x < xd) | ((x == xd) & (offs < d))
-    rb = rb * scale + tl.sum(tl.where(before, e, 0.0), axis=0)
-    x2 = tl.maximum(x2, tl.max(tl.where(before, x, float("-inf")), axis=0))
-    return rb, x2
-
-
-@triton.jit
-def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p):
+def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p, CHUNK: tl.constexpr):
     """Accept, reject or pending for a kept-or-not draft of processed value ``xd`` (-inf: removed by
     min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp, Rb, X2)."""
-    gm = tl.full((), float("-inf"), tl.float32)
-    x2 = tl.full((), float("-inf"), tl.float32)
-    for j in range(0, NB):
-        gm = tl.maximum(gm, tl.load(smax_ptr + base + j, cache_modifier=".cg"))
-        x2 = tl.maximum(x2, tl.load(sx2_ptr + base + j, cache_modifier=".cg"))
-    S = tl.zeros((), tl.float32)
-    rb = tl.zeros((), tl.float32)
-    for j in range(0, NB):
-        m = tl.load(smax_ptr + base + j, cache_modifier=".cg")
-        w = tl.where(m > float("-inf"), tl.exp(m - gm), 0.0)
-        S += tl.load(ssum_ptr + base + j, cache_modifier=".cg") * w
-        rb += tl.load(srb_ptr + base + j, cache_modifier=".cg") * w
+    gm = spans_max(smax_ptr, base, NB, CHUNK)
+    x2 = spans_max(sx2_ptr, base, NB, CHUNK)
+    S = spans_sum(smax_ptr, ssum_ptr, gm, base, NB, CHUNK)
+    rb = spans_sum(smax_ptr, srb_ptr, gm, base, NB, CHUNK)
     verdict = VERDICT_REJECT + tl.zeros((), tl.int32)
     if xd > float("-inf"):
         ed = tl.exp(xd - gm)
@@ -99,7 +82,8 @@ def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p):
 
 
 @triton.jit
-def _fallback_rows_kernel(cu_ptr, row_req_ptr, check_ptr, walk_ptr, pend_ptr, cut_val_ptr, cut_idx_ptr, fb_rows_ptr, fb_cut_val_ptr, fb_cut_idx_ptr):
+def _fallback_rows_kernel(cu_ptr, row_req_ptr, check_ptr, walk_ptr, pend_ptr, cut_val_ptr, cut_idx_ptr, fb_rows_ptr,
+                          fb_cut_val_ptr, fb_cut_idx_ptr):
     """Grid (N,): copy the row's cut into the fallback's cut arrays, and list the row (else -1) when it
     needs the exact top-p cut: a row of a pending request at or after its pending position."""
     row = tl.program_id(0)

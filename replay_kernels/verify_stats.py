@@ -3,9 +3,10 @@
 A verify row is read in spans of ``SPAN`` elements (tiles of ``BLOCK``), one program a span. Per span:
 the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
 exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
-the mass and largest value strictly before the draft (replay_kernels/verify_bounds.py). The accept test
-adds the spans in span order (:func:`global_lse`), so a row's sums depend on SPAN and BLOCK only, never on
-the batch or on how the launches are laid out.
+the mass and largest value strictly before the draft (:func:`tile_before`; replay_kernels/verify_bounds.py).
+The accept tests add the spans in span order (:func:`spans_max`, :func:`spans_sum`: :func:`global_lse` and
+``verify_bounds.bounded_verdict``), so a row's sums depend on SPAN and BLOCK only, never on the batch or on
+how the launches are laid out.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import triton
 import triton.language as tl
 
 from .params import load_processed
-from .verify_bounds import tile_before
 
 
 @triton.jit
@@ -26,21 +26,45 @@ def online(m, acc, x):
 
 
 @triton.jit
-def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
-    """log-sum-exp of a row from its span (max, sum-exp) stats (read through L2: they were written by the
+def spans_max(max_ptr, base, NB, CHUNK: tl.constexpr):
+    """The largest of a row's ``NB`` span values at ``base`` (read through L2: they were written by the
     other programs of the same launch)."""
     gm = tl.full((), float("-inf"), tl.float32)
     for start in range(0, NB, CHUNK):
         offs = start + tl.arange(0, CHUNK)
         gm = tl.maximum(gm, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
                                            cache_modifier=".cg"), axis=0))
+    return gm
+
+
+@triton.jit
+def spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK: tl.constexpr):
+    """A row's span sums rescaled to its max ``gm``: the sum over spans of ``sum * exp(max - gm)`` (a span
+    whose max is -inf adds 0), in span order, ``CHUNK`` spans at a time."""
     tot = tl.zeros((), tl.float32)
     for start in range(0, NB, CHUNK):
         offs = start + tl.arange(0, CHUNK)
         m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
         s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0, cache_modifier=".cg")
         tot += tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
-    return gm + tl.log(tot)
+    return tot
+
+
+@triton.jit
+def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
+    """log-sum-exp of a row from its span (max, sum-exp) stats."""
+    gm = spans_max(max_ptr, base, NB, CHUNK)
+    return gm + tl.log(spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK))
+
+
+@triton.jit
+def tile_before(x, offs, xd, d, e, rb, x2, scale):
+    """Rescaled running (mass strictly before d, largest value strictly before d) after one tile;
+    ``e = exp(x - m_new)`` (0 on -inf lanes), ``scale = exp(m_old - m_new)``."""
+    before = (x < xd) | ((x == xd) & (offs < d))
+    rb = rb * scale + tl.sum(tl.where(before, e, 0.0), axis=0)
+    x2 = tl.maximum(x2, tl.max(tl.where(before, x, float("-inf")), axis=0))
+    return rb, x2
 
 
 @triton.jit
