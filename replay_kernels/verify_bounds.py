@@ -37,7 +37,8 @@ import triton
 import triton.language as tl
 
 from .filters import FilterScratch, launch_filters
-from .verify_stats import spans_max, spans_sum
+from .draw import block_max
+from .verify_stats import spans_sum
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
 LOG_MARGIN = tl.constexpr(1e-5)   # absolute, on the log-domain comparison
@@ -57,8 +58,8 @@ WALK_EXACT = tl.constexpr(3)    # verifying again after the fallback, with the e
 def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p, CHUNK: tl.constexpr):
     """Accept, reject or pending for a kept-or-not draft of processed value ``xd`` (-inf: removed by
     min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp, Rb, X2)."""
-    gm = spans_max(smax_ptr, base, NB, CHUNK)
-    x2 = spans_max(sx2_ptr, base, NB, CHUNK)
+    gm = block_max(smax_ptr, base, NB, CHUNK)
+    x2 = block_max(sx2_ptr, base, NB, CHUNK)
     S = spans_sum(smax_ptr, ssum_ptr, gm, base, NB, CHUNK)
     rb = spans_sum(smax_ptr, srb_ptr, gm, base, NB, CHUNK)
     verdict = VERDICT_REJECT + tl.zeros((), tl.int32)

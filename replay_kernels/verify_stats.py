@@ -4,15 +4,16 @@ A verify row is read in spans of ``SPAN`` elements (tiles of ``BLOCK``), one pro
 the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
 exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
 the mass and largest value strictly before the draft (:func:`tile_before`; replay_kernels/verify_bounds.py).
-The accept tests add the spans in span order (:func:`spans_max`, :func:`spans_sum`: :func:`global_lse` and
-``verify_bounds.bounded_verdict``), so a row's sums depend on SPAN and BLOCK only, never on the batch or on
-how the launches are laid out.
+The accept tests add the spans in span order (``draw.block_max`` and :func:`spans_sum`, in
+:func:`global_lse` and ``verify_bounds.bounded_verdict``), so a row's sums depend on SPAN and BLOCK only,
+never on the batch or on how the launches are laid out.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
+from .draw import block_max
 from .params import load_processed
 
 
@@ -23,18 +24,6 @@ def online(m, acc, x):
     if m_new > float("-inf"):
         acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
     return m_new, acc
-
-
-@triton.jit
-def spans_max(max_ptr, base, NB, CHUNK: tl.constexpr):
-    """The largest of a row's ``NB`` span values at ``base`` (read through L2: they were written by the
-    other programs of the same launch)."""
-    gm = tl.full((), float("-inf"), tl.float32)
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        gm = tl.maximum(gm, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
-                                           cache_modifier=".cg"), axis=0))
-    return gm
 
 
 @triton.jit
@@ -53,7 +42,7 @@ def spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK: tl.constexpr):
 @triton.jit
 def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
     """log-sum-exp of a row from its span (max, sum-exp) stats."""
-    gm = spans_max(max_ptr, base, NB, CHUNK)
+    gm = block_max(max_ptr, base, NB, CHUNK)
     return gm + tl.log(spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK))
 
 
