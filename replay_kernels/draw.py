@@ -13,20 +13,23 @@ logits ``row[r]``, output ``slot[r]``) and emits ``tokens[r, slot[r]]``:
 
 Grid ``(R, SPLITS)``: program (r, s) scans the contiguous span
 ``[s * span, (s + 1) * span)`` of row r in tiles of ``BLOCK`` and keeps its best
-(score, first index). Bytes: reads each drawn row once (4 or 2 B per element; the
-rejected draft row too for ``MODE_RESIDUAL`` with draft logits); writes 8 B per
-program and the token row. The last program of a row to arrive (an ``acq_rel``
-counter per row, reset by that program) reduces the ``SPLITS`` partials (strictly
-greater, so the left-most span wins ties), writes the token, the count and the -1
-padding: one launch, no reduce kernel, no fill.
+(score, first index). Bytes: reads each drawn row at most once (4 or 2 B per element; the
+rejected draft row too for ``MODE_RESIDUAL`` with draft logits, only in tiles that pass the
+bound below); reads a 4 B published best per tile; writes 8 B per program and the token row.
+The last program of a row to arrive (an ``acq_rel`` counter per row, reset by that program)
+reduces the ``SPLITS`` partials (strictly greater, so the left-most span wins ties), writes
+the token, the count and the -1 padding: one launch, no reduce kernel, no fill.
 
 Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
-a tile whose best processed value plus ``NOISE_MAX`` (the largest noise the
-contract can produce) is below the program's running best is skipped after the
-load; otherwise the hash of every lane is computed, and only a tile
-where some ``x + gumbel_upper_bound(h)`` reaches the running best pays for the two
-logs of the exact noise. On peaked rows (real LLM logits) most tiles stop at the
-load, so the kernel runs near the memory floor; on flat random rows it saves the logs.
+the threshold is the larger of the program's running best and the best score any program
+of the row has published (``row_best``, an :func:`order_key` per row, raised by relaxed
+atomics). A tile whose best processed value plus ``NOISE_MAX`` (the largest noise the
+contract can produce) is below it is skipped after the load; otherwise the hash of every
+lane is computed, and only a tile where some ``x + gumbel_upper_bound(h)`` reaches it pays
+for the two logs of the exact noise (and, for a residual with draft logits, for the draft
+row and the residual: the bound uses ``log p``, which the residual never exceeds). The
+threshold is reduced over the block, so every thread takes the same branches (docs/KERNELS.md
+"Pruning in the draw").
 """
 from __future__ import annotations
 
@@ -47,20 +50,24 @@ MODE_TARGET = tl.constexpr(2)    # Gumbel-max over the processed target row
 MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting ``dtok``
 
 DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 rows (about 8 per SM on an H200)
+NO_BEST = tl.constexpr(-2139095041)  # order_key(-inf): a row's published best before any program has one
 REDUCE_CHUNK = 128       # partials reduced per step
 # (launches of fewer rows than, tile, warps per program, programs per launch), measured offline (CUDA graphs,
-# H200, V = 248,320: `python tools/profile_kernels.py --no-profile --warps-sweep` and `--sweep`,
-# docs/BENCHMARKS.md): 2048 x 8 warps is the best at R = 1 (where 122 tiles cap the programs); 1024 x 4 warps
-# x 2048 programs is 10% faster than 2048 x 8 x 1024 at R = 64 and at R = 256 (8 elements a thread either
-# way). The bound of 16 rows between the two was not measured.
-DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, 2048))
+# H200, V = 248,320; docs/BENCHMARKS.md, seventh session): 2048 x 8 warps x 1024 programs at R = 1 (where 122
+# tiles cap the programs); from 16 rows, 512 x 1 warp x 8192 programs: with the shared row best, one-warp
+# programs (reductions without shared memory or barriers) are 15-37% faster than 1024 x 4 warps x 2048 at
+# R = 64 and 256, synthetic and real rows; 16,384 programs were 2-5% faster at R = 256 and 5% slower at
+# R = 64. The bound of 16 rows between the two was not measured.
+DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 512, 1, 8192))
+# Later draws of sample-and-check (few rows still open): the shapes they were measured with (sixth session).
+ROUND_DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, DRAW_PROGRAMS))
 
 
 def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,
-               programs: int | None = None) -> tuple[int, int, int]:
+               programs: int | None = None, table=None) -> tuple[int, int, int]:
     """(tile, warps per program, programs per launch) of a draw over ``num_rows`` rows: each one given, else
-    DRAW_SHAPES's. Neither changes a token (ties go to the first index in every split)."""
-    _, table_block, table_warps, table_programs = next(row for row in DRAW_SHAPES if num_rows < row[0])
+    the ``table``'s (default DRAW_SHAPES). Neither changes a token (ties go to the first index in every split)."""
+    _, table_block, table_warps, table_programs = next(row for row in table or DRAW_SHAPES if num_rows < row[0])
     return block or table_block, warps or table_warps, programs or table_programs
 
 
@@ -94,6 +101,19 @@ def block_max(max_ptr, base, NB, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def order_key(f):
+    """int32 key of float32 ``f`` (not NaN) in the same order: ``a < b`` iff ``order_key(a) < order_key(b)``."""
+    b = f.to(tl.int32, bitcast=True)
+    return b ^ ((b >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
+def from_order_key(k):
+    """The float32 of an :func:`order_key` (the map is its own inverse on the bits)."""
+    return (k ^ ((k >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def last_to_arrive(arrivals_ptr, r, SPLITS):
     """Call after this program stored its partials for row ``r``: True in the last of the row's ``SPLITS``
     programs to arrive (an ``acq_rel`` counter per row), which may then read every partial. It resets the
@@ -110,31 +130,36 @@ def last_to_arrive(arrivals_ptr, r, SPLITS):
 def _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
               HAS_DRAFT: tl.constexpr):
     """Residual scores of lanes ``offs`` after rejecting draft ``dtok[r]`` (float32, -inf = impossible)."""
-    d = tl.load(dtok_ptr + r)
     if HAS_DRAFT:
-        temp = tl.load(req_temp_ptr + r)
-        drow = tl.load(drow_ptr + r)
-        q = tl.load(draft_ptr + drow.to(tl.int64) * d_stride + offs, mask=valid,
-                    other=float("-inf")).to(tl.float32)
-        log_q = tl.math.div_rn(q, temp) - tl.load(lse_q_ptr + r)
-        log_p = x - tl.load(lse_t_ptr + r)
-        ratio = tl.exp(log_q - log_p)
-        # log1p(-ratio), accurate for small ratio.
-        y = 1.0 - ratio
-        l1p = tl.where(y == 1.0, -ratio, tl.log(y) * (-ratio) / (y - 1.0))
-        x = tl.where(ratio < 1.0, log_p + l1p, float("-inf"))
+        x = _residual_of_log_p(x - tl.load(lse_t_ptr + r), offs, valid, r, draft_ptr, d_stride, drow_ptr,
+                               lse_q_ptr, req_temp_ptr)
     else:
-        x = tl.where(offs == d, float("-inf"), x)
+        x = tl.where(offs == tl.load(dtok_ptr + r), float("-inf"), x)
     return x
+
+
+@triton.jit
+def _residual_of_log_p(log_p, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr, req_temp_ptr):
+    """``log p + log1p(-q / p)`` where q < p, else -inf: the residual with draft logits, from the target's
+    ``log_p = x - lse_t`` of lanes ``offs`` (reads the rejected draft's row). Never above ``log_p``."""
+    temp = tl.load(req_temp_ptr + r)
+    drow = tl.load(drow_ptr + r)
+    q = tl.load(draft_ptr + drow.to(tl.int64) * d_stride + offs, mask=valid, other=float("-inf")).to(tl.float32)
+    log_q = tl.math.div_rn(q, temp) - tl.load(lse_q_ptr + r)
+    ratio = tl.exp(log_q - log_p)
+    # log1p(-ratio), accurate for small ratio.
+    y = 1.0 - ratio
+    l1p = tl.where(y == 1.0, -ratio, tl.log(y) * (-ratio) / (y - 1.0))
+    return tl.where(ratio < 1.0, log_p + l1p, float("-inf"))
 
 
 @triton.jit
 def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                  mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
                  temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
-                 part_max_ptr, part_arg_ptr, arrivals_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride,
-                 part_top_ptr, top_ptr, V, W, span, SPLITS,
-                 HAS_DRAFT: tl.constexpr, TOP: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+                 part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
+                 tok_stride, part_top_ptr, top_ptr, V, W, span, SPLITS, HAS_DRAFT: tl.constexpr,
+                 TOP: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
     r = tl.program_id(0)
     s = tl.program_id(1)
     mode = tl.load(mode_ptr + r)
@@ -160,27 +185,48 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                     best = m
                     best_idx = start + a
             else:
+                # The row's best score published so far, read before the tile so its latency hides behind
+                # the tile's load. Threads read it at their own times: the block's smallest read makes ``thr``
+                # the same in every thread, so every thread takes the same branches.
+                published = tl.load(row_best_ptr + r, volatile=True)
                 x = load_processed(row_base, offs, hi, t, cv, ci)
-                if mode == MODE_RESIDUAL:
-                    x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
-                                  lse_q_ptr, req_temp_ptr, HAS_DRAFT)
-                tile_max = tl.max(x, axis=0)
+                # The scores' upper bound ``ub`` (lanes' processed values): the residual with draft logits is
+                # at most log p, so it is computed only in tiles that pass (TOP needs the exact values).
+                if HAS_DRAFT and not TOP:
+                    late = mode == MODE_RESIDUAL
+                else:
+                    late = False
+                if late:
+                    x = x - tl.load(lse_t_ptr + r)  # log p; an infinite lse's NaN lanes are never pruned
+                    ub = tl.where(x == x, x, float("inf"))
+                else:
+                    if mode == MODE_RESIDUAL:
+                        x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
+                                      lse_q_ptr, req_temp_ptr, HAS_DRAFT)
+                    ub = x
+                tile_max = tl.max(ub, axis=0)
                 if TOP:
                     top = tl.maximum(top, tile_max)
-                if tile_max + NOISE_MAX >= best:
+                thr = tl.maximum(best, from_order_key(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
+                if tile_max + NOISE_MAX >= thr:
                     h = murmur3_finish(key, offs)
-                    if tl.max(x + gumbel_upper_bound(h), axis=0) >= best:
+                    if tl.max(ub + gumbel_upper_bound(h), axis=0) >= thr:
+                        if late:
+                            x = _residual_of_log_p(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr,
+                                                   req_temp_ptr)
                         score = x + uniform_to_gumbel(hash_to_uniform(h))
                         score = tl.where(valid & (score == score), score, float("-inf"))
                         m, a = tl.max(score, axis=0, return_indices=True)
                         if m > best:
                             best = m
                             best_idx = start + a
+                            tl.atomic_max(row_best_ptr + r, order_key(best), sem="relaxed")  # publish
     tl.store(part_max_ptr + r * SPLITS + s, best)
     tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
     if TOP:
         tl.store(part_top_ptr + r * SPLITS + s, top)
     if last_to_arrive(arrivals_ptr, r, SPLITS):
+        tl.store(row_best_ptr + r, NO_BEST)  # for the next launch
         count = tl.load(count_src_ptr + r)
         if mode != MODE_NONE:
             _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
@@ -204,7 +250,8 @@ def splits_for(num_rows: int, vocab: int, block: int, programs: int = DRAW_PROGR
 @dataclass
 class DrawScratch:
     """Per-launch scratch of :func:`_draw_kernel` for R rows: partials [R, splits] float32 / int32 and
-    the per-row arrival counters [R] int32 (zero between launches: the last program resets them).
+    the per-row arrival counters [R] int32 (zero between launches: the last program resets them) and
+    published bests ``row_best`` [R] int32 (:func:`order_key`; NO_BEST between launches, reset likewise).
     ``track_top``: the launch also writes each row's largest processed value to ``top`` [R] float32
     (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top)).
     ``block`` / ``warps``: the launch's tile and warps per program (:func:`draw_shape`)."""
@@ -212,6 +259,7 @@ class DrawScratch:
     part_max: torch.Tensor
     part_arg: torch.Tensor
     arrivals: torch.Tensor
+    row_best: torch.Tensor
     splits: int
     span: int
     part_top: torch.Tensor
@@ -223,10 +271,10 @@ class DrawScratch:
     @classmethod
     def allocate(cls, num_rows: int, vocab: int, block: int | None, device, programs: int | None = None,
                  split_as_rows: int | None = None, track_top: bool = False,
-                 warps: int | None = None) -> "DrawScratch":
+                 warps: int | None = None, table=None) -> "DrawScratch":
         """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``);
-        ``block`` / ``warps`` / ``programs`` None: from DRAW_SHAPES by ``num_rows``."""
-        block, warps, programs = draw_shape(num_rows, block, warps, programs)
+        ``block`` / ``warps`` / ``programs`` None: from the ``table`` (default DRAW_SHAPES) by ``num_rows``."""
+        block, warps, programs = draw_shape(num_rows, block, warps, programs, table)
         splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)
@@ -234,4 +282,5 @@ class DrawScratch:
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
                    part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
                    top=torch.empty(rows if track_top else 1, **f32), track_top=track_top, block=block, warps=warps,
-                   arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span)
+                   arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span,
+                   row_best=torch.full((rows,), NO_BEST.value, dtype=torch.int32, device=device))

@@ -27,6 +27,7 @@ class GumbelMaxSampler(PlainSampler):
             s.logits, s.logits.stride(0), s.dummy_f32, 0,
             mode, s.row, s.slot, s.dummy_i32, s.dummy_i32, s.dummy_f32, s.dummy_f32,
             p.temp_div, cut_val, cut_idx, s.dummy_f32, s.seed, s.positions,
-            d.part_max, d.part_arg, d.arrivals, s.counts_init, s.counts, s.tokens, s.tokens.stride(0),
-            d.part_top, d.top, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=False, TOP=d.track_top, BLOCK=d.block, CHUNK=REDUCE_CHUNK, num_warps=d.warps)
+            d.part_max, d.part_arg, d.arrivals, d.row_best, s.counts_init, s.counts, s.tokens,
+            s.tokens.stride(0), d.part_top, d.top, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
+            HAS_DRAFT=False, TOP=d.track_top, BLOCK=d.block, CHUNK=REDUCE_CHUNK,
+            num_warps=d.warps)

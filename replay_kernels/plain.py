@@ -24,7 +24,7 @@ import torch
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 
-from .draw import DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
+from .draw import ROUND_DRAW_SHAPES, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import EXTRA_ROUNDS, ROUND_SPLIT_FACTOR, CheckScratch, launch_check, launch_finish
@@ -106,9 +106,9 @@ class PlainSampler(LaunchSampler):
         check = round_draw = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span)
-            round_draw = DrawScratch.allocate(r_count, step.vocab_size, self.block, device,
-                                              self.programs or DRAW_PROGRAMS,  # later rounds: measured so
-                                              split_as_rows=max(1, r_count // ROUND_SPLIT_FACTOR))
+            round_draw = DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs,
+                                              split_as_rows=max(1, r_count // ROUND_SPLIT_FACTOR),
+                                              table=ROUND_DRAW_SHAPES)
         return PlainState(
             logits=logits, params=params, check=check, round_draw=round_draw,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),

@@ -59,7 +59,7 @@ import triton.language as tl
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step
 
-from .draw import (DRAW_PROGRAMS, MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK,
+from .draw import (MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, ROUND_DRAW_SHAPES,
                    DrawScratch, _draw_kernel, block_argmax, last_to_arrive)
 from .filters import FILTER_SPAN
 from .sample_check import EXTRA_ROUNDS, ROUND_SPLIT_FACTOR, CheckScratch, launch_check, launch_finish
@@ -335,8 +335,9 @@ class StochasticSampler(LaunchSampler):
             any_min_p = bool(((host.min_p[rows] != 0) & (params.check.cpu() != 0)).any())
             fallback = Fallback.allocate(rows, v, any_min_p, self.filter_span, device)
             check = CheckScratch.allocate(r, n, v, device, self.filter_span)
-            round_draw = DrawScratch.allocate(r, v, self.draw_block, device, self.programs or DRAW_PROGRAMS,
-                                              split_as_rows=max(1, r // ROUND_SPLIT_FACTOR))
+            round_draw = DrawScratch.allocate(r, v, self.draw_block, device, self.programs,
+                                              split_as_rows=max(1, r // ROUND_SPLIT_FACTOR),
+                                              table=ROUND_DRAW_SHAPES)
         fused = r < self.fused_below
         slots = nbs * max(1, host.max_drafts) if fused else nbs  # span stats per request
         bounded_stats = (rs, slots) if params.any_check else (1, 1)
@@ -399,10 +400,10 @@ class StochasticSampler(LaunchSampler):
             s.logits, s.logits.stride(0), draft, d_stride,
             mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
             p.temp_div, cut_val, cut_idx, s.req_temp, s.seed, s.positions,
-            d.part_max, d.part_arg, d.arrivals, s.counts, s.counts, s.tokens, s.tokens.stride(0),
+            d.part_max, d.part_arg, d.arrivals, d.row_best, s.counts, s.counts, s.tokens, s.tokens.stride(0),
             d.part_top, d.top, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=s.draft_logits is not None, TOP=d.track_top, BLOCK=d.block, CHUNK=REDUCE_CHUNK,
-            num_warps=d.warps)
+            HAS_DRAFT=s.draft_logits is not None, TOP=d.track_top, BLOCK=d.block,
+            CHUNK=REDUCE_CHUNK, num_warps=d.warps)
 
     def _positions(self, s: VerifyState, draft, d_stride: int, cut_val, cut_idx, exact: bool) -> None:
         """One ``_position_kernel`` launch per draft position (``exact``: the pending requests' round), or one

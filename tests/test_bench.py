@@ -426,3 +426,14 @@ def test_bench_external_impl_is_not_observable_and_self_reports(founding, tmp_pa
     assert ma and all(m.self_reported_us == 12.5 and m.timed == "sample" for m in ma)
     assert all(m.median_us > 12.5 for m in ma)  # the harness's own wall-clock includes the pipe round trip
     assert "never self-reported" in res.ratio.uses
+
+
+def test_kernel_bench_inputs_depend_on_the_shape_alone():
+    """tools/bench_kernels.py seeds each shape from (V, R, k), not from its place in the run's list: a run of
+    `--cases verify` times the same inputs as a full run (it timed others, with other pending top-p rows)."""
+    from replay_harness.bench.kernels.cases import Inputs
+
+    seeds = {(V, R, k): Inputs.seed_of(V, R, k) for V in (300, 301) for R in (1, 2) for k in (0, 4)}
+    assert len(set(seeds.values())) == len(seeds) and seeds[(300, 2, 4)] == Inputs.seed_of(300, 2, 4)
+    a, b = (Inputs.make(300, 2, 4, Inputs.seed_of(300, 2, 4), "cpu") for _ in range(2))
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.draft_ids, b.draft_ids)

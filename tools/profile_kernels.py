@@ -95,19 +95,20 @@ def sweep(V: int) -> None:
 
 
 def warps_sweep(V: int) -> None:
-    """The draw kernel's warps per program and tile (replay_kernels.draw.DRAW_SHAPES, restored after);
-    tokens compared with the table's choice."""
+    """The draw kernel's warps per program and tile (replay_kernels.draw.DRAW_SHAPES, restored after), with
+    8 x DRAW_PROGRAMS warps a launch (8,192 one-warp programs, 1,024 of 8 warps); tokens compared with the
+    table's choice."""
     from replay_kernels import draw
 
     table = draw.DRAW_SHAPES
 
     def make(warps: int | None, block: int | None) -> GumbelMaxSampler:
-        draw.DRAW_SHAPES = table if warps is None else ((1 << 31, block, warps, DRAW_PROGRAMS),)
+        draw.DRAW_SHAPES = table if warps is None else ((1 << 31, block, warps, 8 * DRAW_PROGRAMS // warps),)
         return GumbelMaxSampler()
 
     try:
-        graph_sweep(V, 1.0, "draw warps sweep", ("warps", "block"), itertools.product((4, 8, 16), (1024, 2048, 4096)),
-                    make, (None, None))
+        graph_sweep(V, 1.0, "draw warps sweep", ("warps", "block"),
+                    itertools.product((1, 2, 4, 8), (256, 512, 1024, 2048)), make, (None, None))
     finally:
         draw.DRAW_SHAPES = table
 

@@ -120,15 +120,13 @@ def run(cfg: Settings) -> int:
     checks: list = []
     rows: list = []
     skipped: list = []
-    seed = 1234
     for V in cfg.vocabs:
         for R, k in cfg.shapes:
             if cfg.over_budget():
                 cfg.log(f"!!!! BUDGET exhausted before V={V} R={R} k={k}: skipped")
                 continue
-            seed += 1
             cfg.log(f"shape V={V} R={R} k={k} (N={R * (k + 1)}, logits {R * (k + 1) * V * 4 / 2**20:.1f} MiB)")
-            inp = Inputs.make(V, R, k, seed, cfg.device)
+            inp = Inputs.make(V, R, k, Inputs.seed_of(V, R, k), cfg.device)
             steps = {tp: inp.step(tp, cfg.top_k) for tp in cfg.top_ps}
             if not cfg.skip_correctness:
                 check_shape(inp, steps, peers, cfg, checks)
