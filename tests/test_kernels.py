@@ -356,6 +356,19 @@ def test_launch_rewrites_every_output_slot():
         assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
 
 
+def test_draw_resets_the_published_row_bests_for_the_next_launch():
+    """The programs of a row prune against the best score any of them published this launch; the last
+    program resets the row's key (draw.NO_BEST), or the next launch would prune against a stale score."""
+    from replay_kernels.draw import NO_BEST
+
+    step = synthetic_step(86, 600, 5, 2, ks=[0, 2, 1, 0, 2], draft_logits=True)
+    for impl in (StochasticSampler(stats_block=64, draw_block=64, programs=9), GumbelMaxSampler(block=64)):
+        state = impl.prepare(step)
+        for _ in range(2):
+            impl.launch(state)
+            assert (state.draw.row_best == NO_BEST.value).all(), impl.name
+
+
 # ---------------------------------------------------------------------------
 # GPU: production vocabularies, determinism
 # ---------------------------------------------------------------------------
