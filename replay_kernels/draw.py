@@ -186,8 +186,9 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                     best_idx = start + a
             else:
                 # The row's best score published so far, read before the tile so its latency hides behind
-                # the tile's load. Threads read it at their own times: the block's smallest read makes ``thr``
-                # the same in every thread, so every thread takes the same branches.
+                # the tile's load. Threads read it at their own times and may see different values: ``thr``
+                # takes the block's smallest read (a reduction over every thread's own read; never the read
+                # itself), so it is the same in every thread and every thread takes the same branches.
                 published = tl.load(row_best_ptr + r, volatile=True)
                 x = load_processed(row_base, offs, hi, t, cv, ci)
                 # The scores' upper bound ``ub`` (lanes' processed values): the residual with draft logits is
