@@ -1,8 +1,10 @@
-"""Summarise ``ncu --csv --section SpeedOfLight`` output from stdin: kernel, duration, SM %, DRAM %."""
+"""Summarise ``ncu --csv --section SpeedOfLight [--section Occupancy]`` output from stdin: kernel, duration,
+SM %, DRAM %, and with the Occupancy section registers a thread, theoretical and achieved occupancy."""
 import csv
 import sys
 
-KEEP = ("Duration", "Compute (SM) Throughput", "DRAM Throughput", "Memory Throughput")
+KEEP = ("Duration", "Compute (SM) Throughput", "DRAM Throughput", "Memory Throughput", "Registers Per Thread",
+        "Theoretical Occupancy", "Achieved Occupancy")
 
 
 def main() -> None:
