@@ -31,11 +31,10 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable
 
-import numpy as np
 import torch
 
 from replay_harness.checks.findings import AuditResult, Finding, Term, TestResult
-from replay_harness.checks.tails import format_p, poisson_binomial_log_tail
+from replay_harness.checks.tails import format_p, poisson_binomial_log_tail  # noqa: F401 (format_p: re-exported)
 from replay_harness.oracle.near_tie import NEAR_TIE_TOL
 from replay_harness.recording.prefetch import units_ahead
 from replay_harness.recording.store import Recording
