@@ -226,7 +226,7 @@ def test_stochastic_all_k0_and_all_greedy():
     compare(greedy, StochasticSampler(stats_block=128).sample(greedy), ReferenceSampler().sample(greedy))
 
 
-@pytest.mark.parametrize("seed", [150, 151, 152])
+@pytest.mark.parametrize("seed", [150, 151])  # with and without draft logits
 def test_stochastic_fused_and_per_position_launches_agree(seed):
     """Few requests verify every position in one launch (``fused_below``), more in one launch per position:
     both read the same span stats and run the same tests, so the tokens (and with them a request's tokens
@@ -361,8 +361,8 @@ def test_draw_resets_the_published_row_bests_for_the_next_launch():
     program resets the row's key (draw.NO_BEST), or the next launch would prune against a stale score."""
     from replay_kernels.draw import NO_BEST
 
-    step = synthetic_step(86, 600, 5, 2, ks=[0, 2, 1, 0, 2], draft_logits=True)
-    for impl in (StochasticSampler(stats_block=64, draw_block=64, programs=9), GumbelMaxSampler(block=64)):
+    step = synthetic_step(86, 300, 4, 2, ks=[0, 2, 1, 0], draft_logits=True)
+    for impl in (StochasticSampler(stats_block=128, draw_block=64, programs=9), GumbelMaxSampler(block=128)):
         state = impl.prepare(step)
         for _ in range(2):
             impl.launch(state)

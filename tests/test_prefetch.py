@@ -7,6 +7,7 @@ Resident steps are counted with weakref finalizers on what the loader returns (a
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
 import weakref
@@ -93,11 +94,17 @@ def test_ctrl_c_ends_the_wait_for_a_hung_read_within_a_second():
         return k
 
     p = Prefetcher(range(3), load, 2)
-    threading.Timer(0.2, _thread.interrupt_main).start()
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        for _ in p:
-            pass
+    # Python's own Ctrl-C handler, whatever the runner inherited (a shell's background job ignores SIGINT, and
+    # interrupt_main then does nothing).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.2, _thread.interrupt_main).start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in p:
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 1.5
     assert p._thread.daemon  # never holds the process at exit
     release.set()
