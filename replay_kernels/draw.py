@@ -55,9 +55,9 @@ REDUCE_CHUNK = 128       # partials reduced per step
 # (launches of fewer rows than, tile, warps per program, programs per launch), measured offline (CUDA graphs,
 # H200, V = 248,320; docs/BENCHMARKS.md, seventh session): 2048 x 8 warps x 1024 programs at R = 1 (where 122
 # tiles cap the programs); from 16 rows, 512 x 1 warp x 8192 programs: with the shared row best, one-warp
-# programs (reductions without shared memory or barriers) are 15-37% faster than 1024 x 4 warps x 2048 at
-# R = 64 and 256, synthetic and real rows; 16,384 programs were 2-5% faster at R = 256 and 5% slower at
-# R = 64. The bound of 16 rows between the two was not measured.
+# programs (reductions without shared memory or barriers) are 6-26% faster than 1024 x 4 warps x 2048 at
+# R = 64 and 256, plain and verify, synthetic and real rows; 16,384 programs were 1-7% faster at R = 256 and
+# 5-6% slower at R = 64. The bound of 16 rows between the two was not measured.
 DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 512, 1, 8192))
 # Later draws of sample-and-check (few rows still open): the shapes they were measured with (sixth session).
 ROUND_DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, DRAW_PROGRAMS))
