@@ -22,7 +22,7 @@ the token, the count and the -1 padding: one launch, no reduce kernel, no fill.
 
 Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
 the threshold is the larger of the program's running best and the best score any program
-of the row has published (``row_best``, an :func:`order_key` per row, raised by relaxed
+of the row has published (``row_best``, a ``filters.float_key`` per row, raised by relaxed
 atomics). A tile whose best processed value plus ``NOISE_MAX`` (the largest noise the
 contract can produce) is below it is skipped after the load; otherwise the hash of every
 lane is computed, and only a tile where some ``x + gumbel_upper_bound(h)`` reaches it pays
@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .filters import float_key, key_to_float
 from .params import load_processed
 from .rng import (NOISE_MAX, gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_row_key,
                   uniform_to_gumbel)
@@ -50,7 +51,7 @@ MODE_TARGET = tl.constexpr(2)    # Gumbel-max over the processed target row
 MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting ``dtok``
 
 DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 rows (about 8 per SM on an H200)
-NO_BEST = tl.constexpr(-2139095041)  # order_key(-inf): a row's published best before any program has one
+NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best before any program has one
 REDUCE_CHUNK = 128       # partials reduced per step
 # (launches of fewer rows than, tile, warps per program, programs per launch), measured offline (CUDA graphs,
 # H200, V = 248,320; docs/BENCHMARKS.md, seventh session): 2048 x 8 warps x 1024 programs at R = 1 (where 122
@@ -59,8 +60,6 @@ REDUCE_CHUNK = 128       # partials reduced per step
 # R = 64 and 256, plain and verify, synthetic and real rows; 16,384 programs were 1-7% faster at R = 256 and
 # 5-6% slower at R = 64. The bound of 16 rows between the two was not measured.
 DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 512, 1, 8192))
-# Later draws of sample-and-check (few rows still open): the shapes they were measured with (sixth session).
-ROUND_DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, DRAW_PROGRAMS))
 
 
 def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,
@@ -98,19 +97,6 @@ def block_max(max_ptr, base, NB, CHUNK: tl.constexpr):
         best = tl.maximum(best, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
                                                 cache_modifier=".cg"), axis=0))
     return best
-
-
-@triton.jit
-def order_key(f):
-    """int32 key of float32 ``f`` (not NaN) in the same order: ``a < b`` iff ``order_key(a) < order_key(b)``."""
-    b = f.to(tl.int32, bitcast=True)
-    return b ^ ((b >> 31) & 0x7FFFFFFF)
-
-
-@triton.jit
-def from_order_key(k):
-    """The float32 of an :func:`order_key` (the map is its own inverse on the bits)."""
-    return (k ^ ((k >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -208,7 +194,7 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                 tile_max = tl.max(ub, axis=0)
                 if TOP:
                     top = tl.maximum(top, tile_max)
-                thr = tl.maximum(best, from_order_key(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
+                thr = tl.maximum(best, key_to_float(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
                 if tile_max + NOISE_MAX >= thr:
                     h = murmur3_finish(key, offs)
                     if tl.max(ub + gumbel_upper_bound(h), axis=0) >= thr:
@@ -221,7 +207,7 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                         if m > best:
                             best = m
                             best_idx = start + a
-                            tl.atomic_max(row_best_ptr + r, order_key(best), sem="relaxed")  # publish
+                            tl.atomic_max(row_best_ptr + r, float_key(best), sem="relaxed")  # publish
     tl.store(part_max_ptr + r * SPLITS + s, best)
     tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
     if TOP:
@@ -252,7 +238,7 @@ def splits_for(num_rows: int, vocab: int, block: int, programs: int = DRAW_PROGR
 class DrawScratch:
     """Per-launch scratch of :func:`_draw_kernel` for R rows: partials [R, splits] float32 / int32 and
     the per-row arrival counters [R] int32 (zero between launches: the last program resets them) and
-    published bests ``row_best`` [R] int32 (:func:`order_key`; NO_BEST between launches, reset likewise).
+    published bests ``row_best`` [R] int32 (``float_key``; NO_BEST between launches, reset likewise).
     ``track_top``: the launch also writes each row's largest processed value to ``top`` [R] float32
     (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top)).
     ``block`` / ``warps``: the launch's tile and warps per program (:func:`draw_shape`)."""

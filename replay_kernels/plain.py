@@ -24,11 +24,10 @@ import torch
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 
-from .draw import ROUND_DRAW_SHAPES, MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
+from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, prepare_params
-from .sample_check import EXTRA_ROUNDS, ROUND_SPLIT_FACTOR, CheckScratch, launch_check, launch_finish
-
+from .sample_check import EXTRA_ROUNDS, CheckScratch, launch_check, launch_finish, round_draw_scratch
 
 
 @dataclass
@@ -40,7 +39,7 @@ class PlainState:
     seed [R] int64; positions [N] int64; tokens [R, max_k+1] int64; counts [R] int32;
     counts_init [R] int32 (1, or 0 for refused requests); draw: DrawScratch; routes [R] int8 (host);
     check: CheckScratch of sample-and-check (None when no row uses it); round_draw: the DrawScratch of
-    its later draws, each row split over ROUND_SPLIT_FACTOR times more programs (few rows are still open);
+    its later draws (``sample_check.round_draw_scratch``: few rows are still open);
     notes: list[str]; dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
     """
 
@@ -106,9 +105,7 @@ class PlainSampler(LaunchSampler):
         check = round_draw = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span)
-            round_draw = DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs,
-                                              split_as_rows=max(1, r_count // ROUND_SPLIT_FACTOR),
-                                              table=ROUND_DRAW_SHAPES)
+            round_draw = round_draw_scratch(r_count, step.vocab_size, self.block, device, self.programs)
         return PlainState(
             logits=logits, params=params, check=check, round_draw=round_draw,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),

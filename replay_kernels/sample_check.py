@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .draw import MODE_NONE, MODE_RESIDUAL, MODE_TARGET, last_to_arrive
+from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch, last_to_arrive
 from .filters import FILTER_BLOCK, FILTER_SPAN, _clean
 from .params import load_processed
 from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gumbel
@@ -52,8 +52,10 @@ from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gu
 EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
 CHECK_BLOCK = FILTER_BLOCK  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
 # Later draws of sample-and-check: rows split over this many times the first draw's programs (fewer rows are
-# open; one program per tile of a one-row launch measured slower at R = 64..256: empty programs cost too).
+# open; one program per tile of a one-row launch measured slower at R = 64..256: empty programs cost too),
+# in the shapes they were measured with (sixth session; the first draw's are draw.DRAW_SHAPES).
 ROUND_SPLIT_FACTOR = 4
+ROUND_DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, DRAW_PROGRAMS))
 CHECK_WARPS = 4  # 1024 x 4 warps: 6% faster than 8 warps at R = 256, 2% at R = 64, equal at R = 1 (H200 sweep)
 
 
@@ -244,6 +246,13 @@ class CheckScratch:
                    plow=torch.empty((r, splits), **f32),
                    pcnt=torch.empty((r, splits), dtype=torch.int32, device=device),
                    arrivals=torch.zeros(r, dtype=torch.int32, device=device), splits=splits, span=span)
+
+
+def round_draw_scratch(num_rows: int, vocab: int, block: int | None, device, programs: int | None) -> DrawScratch:
+    """Scratch of the later draws over ``num_rows`` requests (``block`` / ``programs`` None: from
+    ROUND_DRAW_SHAPES), each row split ROUND_SPLIT_FACTOR times finer than a launch of that many rows."""
+    return DrawScratch.allocate(num_rows, vocab, block, device, programs,
+                                split_as_rows=max(1, num_rows // ROUND_SPLIT_FACTOR), table=ROUND_DRAW_SHAPES)
 
 
 def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, slot: torch.Tensor,

@@ -59,10 +59,10 @@ import triton.language as tl
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step
 
-from .draw import (MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, ROUND_DRAW_SHAPES,
-                   DrawScratch, _draw_kernel, block_argmax, last_to_arrive)
+from .draw import (MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel,
+                   block_argmax, last_to_arrive)
 from .filters import FILTER_SPAN
-from .sample_check import EXTRA_ROUNDS, ROUND_SPLIT_FACTOR, CheckScratch, launch_check, launch_finish
+from .sample_check import EXTRA_ROUNDS, CheckScratch, launch_check, launch_finish, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
 from .verify_bounds import (VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_OPEN, WALK_PENDING,
@@ -335,9 +335,7 @@ class StochasticSampler(LaunchSampler):
             any_min_p = bool(((host.min_p[rows] != 0) & (params.check.cpu() != 0)).any())
             fallback = Fallback.allocate(rows, v, any_min_p, self.filter_span, device)
             check = CheckScratch.allocate(r, n, v, device, self.filter_span)
-            round_draw = DrawScratch.allocate(r, v, self.draw_block, device, self.programs,
-                                              split_as_rows=max(1, r // ROUND_SPLIT_FACTOR),
-                                              table=ROUND_DRAW_SHAPES)
+            round_draw = round_draw_scratch(r, v, self.draw_block, device, self.programs)
         fused = r < self.fused_below
         slots = nbs * max(1, host.max_drafts) if fused else nbs  # span stats per request
         bounded_stats = (rs, slots) if params.any_check else (1, 1)
