@@ -53,21 +53,27 @@ MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting 
 DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 rows (about 8 per SM on an H200)
 NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best before any program has one
 REDUCE_CHUNK = 128       # partials reduced per step
-# (launches of fewer rows than, tile, warps per program, programs per launch), measured offline (CUDA graphs,
-# H200, V = 248,320; docs/BENCHMARKS.md, seventh session): 2048 x 8 warps x 1024 programs at R = 1 (where 122
-# tiles cap the programs); from 16 rows, 512 x 1 warp x 8192 programs: with the shared row best, one-warp
-# programs (reductions without shared memory or barriers) are 6-26% faster than 1024 x 4 warps x 2048 at
-# R = 64 and 256, plain and verify, synthetic and real rows; 16,384 programs were 1-7% faster at R = 256 and
-# 5-6% slower at R = 64. The bound of 16 rows between the two was not measured.
-DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 512, 1, 8192))
+# (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
+# measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions).
+# Below 8 rows: 2048 x 8 warps, one tile a program (122 tiles cap the programs), nothing shared: every program
+# starts at once, so a published best comes too late to prune anything (sharing cost 8-10% at R = 1..4); capped at
+# 64 registers a thread (R = 1: 5.0 against 5.25 us uncapped). From 8 rows: 512-lane tiles in one-warp programs
+# (reductions without shared memory or barriers), sharing, uncapped (80 registers; caps of 48-72 measured 1-20%
+# slower): 1,024 programs a launch below 16 rows, 2,048 below 64 (3-13% faster than 1,024 at R = 32..48; 8,192
+# lost 9-20% at R = 8..16), 8,192 from 64 (6-26% faster than 1024 x 4 warps x 2048 at R = 64 and 256, plain and
+# verify, synthetic and real rows; 16,384 were 1-7% faster at R = 256, 5-6% slower at R = 64).
+DRAW_SHAPES = ((8, 2048, 8, DRAW_PROGRAMS, False, 64), (16, 512, 1, DRAW_PROGRAMS, True, None),
+               (64, 512, 1, 2 * DRAW_PROGRAMS, True, None), (1 << 31, 512, 1, 8192, True, None))
 
 
 def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,
-               programs: int | None = None, table=None) -> tuple[int, int, int]:
-    """(tile, warps per program, programs per launch) of a draw over ``num_rows`` rows: each one given, else
-    the ``table``'s (default DRAW_SHAPES). Neither changes a token (ties go to the first index in every split)."""
-    _, table_block, table_warps, table_programs = next(row for row in table or DRAW_SHAPES if num_rows < row[0])
-    return block or table_block, warps or table_warps, programs or table_programs
+               programs: int | None = None, table=None) -> tuple[int, int, int, bool, int | None]:
+    """(tile, warps per program, programs per launch, share the row best, register cap or None) of a draw over
+    ``num_rows`` rows: each of the first three given, else the ``table``'s (default DRAW_SHAPES). None changes a
+    token (ties go to the first index in every split; sharing only prunes tokens that cannot win)."""
+    _, table_block, table_warps, table_programs, share, maxnreg = next(row for row in table or DRAW_SHAPES
+                                                                       if num_rows < row[0])
+    return block or table_block, warps or table_warps, programs or table_programs, share, maxnreg
 
 
 @triton.jit
@@ -144,10 +150,35 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                  mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
                  temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
                  part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
-                 tok_stride, part_top_ptr, top_ptr, V, W, span, SPLITS, HAS_DRAFT: tl.constexpr,
-                 TOP: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
-    r = tl.program_id(0)
-    s = tl.program_id(1)
+                 tok_stride, part_top_ptr, top_ptr, list_ptr, list_len_ptr, V, W, span, SPLITS,
+                 HAS_DRAFT: tl.constexpr, TOP: tl.constexpr, SHARE: tl.constexpr, PRUNE: tl.constexpr,
+                 LIST: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """Grid (R, SPLITS): program (r, s) draws span s of request r. ``LIST`` (a later draw of sample-and-check):
+    grid (G, SPLITS), program (g, s) draws span s of requests ``list[g], list[g + G], ...`` (the
+    ``list_len[0]`` requests still open; the others' outputs are written)."""
+    if LIST:
+        for j in range(tl.program_id(0), tl.load(list_len_ptr), tl.num_programs(0)):
+            _draw_span(tl.load(list_ptr + j), tl.program_id(1), logits_ptr, l_stride, draft_ptr, d_stride,
+                       mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
+                       cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
+                       arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
+                       top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, CHUNK)
+    else:
+        _draw_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, draft_ptr, d_stride,
+                   mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
+                   cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
+                   arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
+                   top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, CHUNK)
+
+
+@triton.jit
+def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr,
+               lse_t_ptr, lse_q_ptr, temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
+               part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
+               tok_stride, part_top_ptr, top_ptr, V, W, span, SPLITS, HAS_DRAFT: tl.constexpr, TOP: tl.constexpr,
+               SHARE: tl.constexpr, PRUNE: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """Span ``s`` of request ``r``: its best (score, index), and the row's token if this program is the last
+    of the row to arrive."""
     mode = tl.load(mode_ptr + r)
     best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.zeros((), tl.int32)
@@ -175,7 +206,8 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                 # the tile's load. Threads read it at their own times and may see different values: ``thr``
                 # takes the block's smallest read (a reduction over every thread's own read; never the read
                 # itself), so it is the same in every thread and every thread takes the same branches.
-                published = tl.load(row_best_ptr + r, volatile=True)
+                if SHARE:
+                    published = tl.load(row_best_ptr + r, volatile=True)
                 x = load_processed(row_base, offs, hi, t, cv, ci)
                 # The scores' upper bound ``ub`` (lanes' processed values): the residual with draft logits is
                 # at most log p, so it is computed only in tiles that pass (TOP needs the exact values).
@@ -191,13 +223,24 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                         x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
                                       lse_q_ptr, req_temp_ptr, HAS_DRAFT)
                     ub = x
-                tile_max = tl.max(ub, axis=0)
+                if TOP or PRUNE:
+                    tile_max = tl.max(ub, axis=0)
                 if TOP:
                     top = tl.maximum(top, tile_max)
-                thr = tl.maximum(best, key_to_float(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
-                if tile_max + NOISE_MAX >= thr:
+                # Without PRUNE (one tile a program, nothing shared: the threshold is always -inf) every tile
+                # is scored without the two bounding reductions.
+                go = True
+                if PRUNE:
+                    if SHARE:
+                        thr = tl.maximum(best, key_to_float(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
+                    else:
+                        thr = best
+                    go = tile_max + NOISE_MAX >= thr
+                if go:
                     h = murmur3_finish(key, offs)
-                    if tl.max(ub + gumbel_upper_bound(h), axis=0) >= thr:
+                    if PRUNE:
+                        go = tl.max(ub + gumbel_upper_bound(h), axis=0) >= thr
+                    if go:
                         if late:
                             x = _residual_of_log_p(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr,
                                                    req_temp_ptr)
@@ -207,13 +250,15 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                         if m > best:
                             best = m
                             best_idx = start + a
-                            tl.atomic_max(row_best_ptr + r, float_key(best), sem="relaxed")  # publish
+                            if SHARE:
+                                tl.atomic_max(row_best_ptr + r, float_key(best), sem="relaxed")  # publish
     tl.store(part_max_ptr + r * SPLITS + s, best)
     tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
     if TOP:
         tl.store(part_top_ptr + r * SPLITS + s, top)
     if last_to_arrive(arrivals_ptr, r, SPLITS):
-        tl.store(row_best_ptr + r, NO_BEST)  # for the next launch
+        if SHARE:
+            tl.store(row_best_ptr + r, NO_BEST)  # for the next launch
         count = tl.load(count_src_ptr + r)
         if mode != MODE_NONE:
             _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
@@ -241,7 +286,11 @@ class DrawScratch:
     published bests ``row_best`` [R] int32 (``float_key``; NO_BEST between launches, reset likewise).
     ``track_top``: the launch also writes each row's largest processed value to ``top`` [R] float32
     (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top)).
-    ``block`` / ``warps``: the launch's tile and warps per program (:func:`draw_shape`)."""
+    ``block`` / ``warps`` / ``share`` / ``maxnreg``: the launch's tile, warps per program, whether its programs
+    share the row best, and its register cap a thread (:func:`draw_shape`); ``prune``: whether tiles are bounded
+    before they are scored (not when every program has one tile and shares nothing: its threshold is -inf at its
+    only tile). ``row_slots``: the grid's first dimension G when the launch draws a list of requests (``LIST``;
+    the later draws of sample-and-check)."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor
@@ -254,6 +303,13 @@ class DrawScratch:
     block: int
     warps: int
     track_top: bool = False
+    share: bool = True
+    row_slots: int = 0
+    maxnreg: int | None = None
+
+    @property
+    def prune(self) -> bool:
+        return self.share or self.span > self.block
 
     @classmethod
     def allocate(cls, num_rows: int, vocab: int, block: int | None, device, programs: int | None = None,
@@ -261,7 +317,7 @@ class DrawScratch:
                  warps: int | None = None, table=None) -> "DrawScratch":
         """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``);
         ``block`` / ``warps`` / ``programs`` None: from the ``table`` (default DRAW_SHAPES) by ``num_rows``."""
-        block, warps, programs = draw_shape(num_rows, block, warps, programs, table)
+        block, warps, programs, share, maxnreg = draw_shape(num_rows, block, warps, programs, table)
         splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)
@@ -269,5 +325,6 @@ class DrawScratch:
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
                    part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
                    top=torch.empty(rows if track_top else 1, **f32), track_top=track_top, block=block, warps=warps,
+                   share=share, maxnreg=maxnreg,
                    arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span,
                    row_best=torch.full((rows,), NO_BEST.value, dtype=torch.int32, device=device))

@@ -21,13 +21,15 @@ class GumbelMaxSampler(PlainSampler):
 
     sample_check = True
 
-    def _draw(self, s: PlainState, mode, cut_val, cut_idx, d) -> None:
+    def _draw(self, s: PlainState, mode, cut_val, cut_idx, d, rows=None) -> None:
         p = s.params
-        _draw_kernel[(s.mode.numel(), d.splits)](
+        list_rows, list_len = rows if rows is not None else (d.arrivals, d.arrivals)  # placeholders unless a list
+        grid = (d.row_slots if rows is not None else s.mode.numel(), d.splits)
+        _draw_kernel[grid](
             s.logits, s.logits.stride(0), s.dummy_f32, 0,
             mode, s.row, s.slot, s.dummy_i32, s.dummy_i32, s.dummy_f32, s.dummy_f32,
             p.temp_div, cut_val, cut_idx, s.dummy_f32, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, d.row_best, s.counts_init, s.counts, s.tokens,
-            s.tokens.stride(0), d.part_top, d.top, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=False, TOP=d.track_top, BLOCK=d.block, CHUNK=REDUCE_CHUNK,
-            num_warps=d.warps)
+            s.tokens.stride(0), d.part_top, d.top, list_rows, list_len, s.logits.shape[1], s.tokens.shape[1], d.span,
+            d.splits, HAS_DRAFT=False, TOP=d.track_top, SHARE=d.share, PRUNE=d.prune, LIST=rows is not None,
+            BLOCK=d.block, CHUNK=REDUCE_CHUNK, num_warps=d.warps, maxnreg=d.maxnreg)

@@ -27,7 +27,7 @@ from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .params import RowParams, host_step, launch_params, prepare_params
-from .sample_check import EXTRA_ROUNDS, CheckScratch, launch_check, launch_finish, round_draw_scratch
+from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
 
 @dataclass
@@ -64,7 +64,7 @@ class PlainState:
 
 class PlainSampler(LaunchSampler):
     """prepare / launch / sample of a plain sampler; subclasses write ``_draw(state, mode, cut_val, cut_idx,
-    scratch)``.
+    scratch, rows=None)``.
 
     ``sample_check``: top-k or top-p rows are drawn then checked (:mod:`replay_kernels.sample_check`)
     instead of searching their bound first; the subclass's draw must honour the plan it is given.
@@ -127,18 +127,16 @@ class PlainSampler(LaunchSampler):
             p = state.params
             launch_params(state.logits, p)
             self._draw(state, state.mode, p.cut_val, p.cut_idx, state.draw)
-            cs = state.check
-            if cs is not None:
-                top = state.draw.top  # each row's largest processed value, from the first draw
-                launch_check(cs, state.logits, state.mode, state.row, state.slot, p, state.tokens, top, first=True)
-                for _ in range(EXTRA_ROUNDS):
-                    self._draw(state, cs.mode, cs.cut_val, cs.cut_idx, state.round_draw)
-                    launch_check(cs, state.logits, state.mode, state.row, state.slot, p, state.tokens, top,
-                                 first=False)
-                launch_finish(cs, state.logits, state.row, state.slot, state.dummy_i32, p, state.seed,
-                              state.positions, state.tokens, top)
+            if state.check is not None:
+                def draw_open(mode, cut_val, cut_idx, rows):
+                    self._draw(state, mode, cut_val, cut_idx, state.round_draw, rows)
+
+                launch_rounds(state.check, draw_open, state.logits, state.mode, state.row, state.slot, p,
+                              state.tokens, state.draw.top, state.dummy_i32, state.seed, state.positions)
         return state.tokens, state.counts
 
     def _draw(self, state: PlainState, mode: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,
-              scratch: DrawScratch) -> None:
+              scratch: DrawScratch, rows: tuple | None = None) -> None:
+        """One draw over the plan ``mode`` under the bounds ``cut_*``; ``rows`` = (open_rows, open_len): only
+        those requests (grid (scratch.row_slots, SPLITS))."""
         raise NotImplementedError

@@ -51,11 +51,15 @@ from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gu
 
 EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
 CHECK_BLOCK = FILTER_BLOCK  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
-# Later draws of sample-and-check: rows split over this many times the first draw's programs (fewer rows are
-# open; one program per tile of a one-row launch measured slower at R = 64..256: empty programs cost too),
-# in the shapes they were measured with (sixth session; the first draw's are draw.DRAW_SHAPES).
-ROUND_SPLIT_FACTOR = 4
-ROUND_DRAW_SHAPES = ((16, 2048, 8, DRAW_PROGRAMS), (1 << 31, 1024, 4, DRAW_PROGRAMS))
+# Later checks and draws of sample-and-check run over the list of rows still open: grid (row_slots, SPLITS), one
+# slot per ROWS_PER_SLOT requests (top-p 0.9 leaves about one row in ten open), each open row split like a draw of
+# ROUND_SPLIT_AS_ROWS rows (31 programs of four 2048-lane tiles at V = 248,320), in 2048-lane tiles of 8 warps
+# capped at 72 registers a thread. Measured at top-p 0.9 (eighth session, docs/BENCHMARKS.md): 2-5% faster end to
+# end than 2 or 4 requests a slot or one-tile programs at R = 64 and 256; 16 requests a slot: 2% faster at R = 256,
+# 19% slower at R = 64. The first draw's shapes are draw.DRAW_SHAPES.
+ROWS_PER_SLOT = 8
+ROUND_SPLIT_AS_ROWS = 32
+ROUND_DRAW_SHAPES = ((1 << 31, 2048, 8, DRAW_PROGRAMS, True, 72),)
 CHECK_WARPS = 4  # 1024 x 4 warps: 6% faster than 8 warps at R = 256, 2% at R = 64, equal at R = 1 (H200 sweep)
 
 
@@ -108,15 +112,39 @@ def _candidate(base, c, t):
 @triton.jit
 def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
                   topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
-                  top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, V, SPLITS,
-                  SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    """Grid (R, SPLITS): test the token the last draw wrote to ``tokens[r, slot[r]]`` (rows that are open:
-    mode TARGET or RESIDUAL, and a check row). The last program of a row to arrive settles it: kept -> mode
-    NONE (later draws skip the row); else the row's bound becomes (x_c, c + 1) and the mode stays. It
-    writes every row's mode and bound to the ``*_out`` arrays (the first check copies the ``*_in`` ones).
-    ``top`` [R]: each row's largest processed value (the first draw wrote it)."""
-    r = tl.program_id(0)
-    s = tl.program_id(1)
+                  top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_in, len_in, list_out, len_out,
+                  launch_arrivals_ptr, V, SPLITS, LIST: tl.constexpr, APPEND: tl.constexpr, SPAN: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """Test the token the last draw wrote to ``tokens[r, slot[r]]`` of the rows that are open (mode TARGET or
+    RESIDUAL, and a check row). The first check: grid (R, SPLITS), every row. A later one (``LIST``): grid
+    (G, SPLITS) over the ``len_in[0]`` rows of ``list_in`` (the rows still open), like the ``LIST`` draw; its
+    last program to arrive (``launch_arrivals``) sets ``len_in[0]`` back to 0 for the next launch.
+    ``APPEND``: rows that stay open are appended to ``list_out`` (count ``len_out[0]``, in arrival order: the
+    order changes no token). ``top`` [R]: each row's largest processed value (the first draw wrote it)."""
+    if LIST:
+        for j in range(tl.program_id(0), tl.load(len_in), tl.num_programs(0)):
+            _check_span(tl.load(list_in + j), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
+                        slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
+                        cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, pall_ptr, plow_ptr, pcnt_ptr,
+                        arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, SPAN, BLOCK)
+        if last_to_arrive(launch_arrivals_ptr, 0, tl.num_programs(0) * tl.num_programs(1)):
+            tl.store(len_in, 0)  # every program read it before arriving
+    else:
+        _check_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
+                    slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
+                    cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, pall_ptr, plow_ptr, pcnt_ptr,
+                    arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, SPAN, BLOCK)
+
+
+@triton.jit
+def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
+                topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
+                top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_out, len_out, V, SPLITS,
+                APPEND: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Span ``s`` of row ``r``'s check. The last program of the row to arrive settles it: kept -> mode NONE;
+    else the row's bound becomes (x_c, c + 1), the mode stays and (``APPEND``) the row joins ``list_out``. It
+    writes the row's mode and bound to the ``*_out`` arrays (the first check copies the ``*_in`` ones; in a
+    later check they are the same arrays)."""
     mode = tl.load(mode_in + r)
     row = tl.load(row_ptr + r)
     open_row = ((mode == MODE_TARGET) | (mode == MODE_RESIDUAL)) & (tl.load(check_ptr + row) != 0)
@@ -145,6 +173,8 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, ch
                 new_mode = mode
                 cv = xc
                 ci = c + 1
+                if APPEND:
+                    tl.store(list_out + tl.atomic_add(len_out, 1, sem="relaxed"), r)
         tl.store(mode_out + r, new_mode)
         tl.store(cut_val_out + row, cv)
         tl.store(cut_idx_out + row, ci)
@@ -222,7 +252,10 @@ class CheckScratch:
 
     mode [R] int32, cut_val [N] float32, cut_idx [N] int32: the working draw plan (the prepared one is
     left as it is, so a launch can be replayed); partials pall/plow [R, splits] float32 and
-    pcnt [R, splits] int32; arrivals [R] int32 (zero between launches).
+    pcnt [R, splits] int32; arrivals [R] int32 (zero between launches). The rows still open after check i:
+    ``open_rows[i, :open_len[i]]`` [EXTRA_ROUNDS, R] / [EXTRA_ROUNDS] int32 (lengths zero between launches,
+    reset by the check that reads them; ``launch_arrivals`` [EXTRA_ROUNDS] int32 counts its programs);
+    ``row_slots``: the first grid dimension G of the later checks and draws (ROWS_PER_SLOT requests a slot).
     """
 
     mode: torch.Tensor
@@ -232,42 +265,73 @@ class CheckScratch:
     plow: torch.Tensor
     pcnt: torch.Tensor
     arrivals: torch.Tensor
+    open_rows: torch.Tensor
+    open_len: torch.Tensor
+    launch_arrivals: torch.Tensor
     splits: int
     span: int
+    row_slots: int
 
     @classmethod
     def allocate(cls, num_requests: int, num_rows: int, vocab: int, device, span: int = FILTER_SPAN) -> "CheckScratch":
         splits = max(1, triton.cdiv(vocab, span))
         r, n = max(num_requests, 1), max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)
-        return cls(mode=torch.zeros(r, dtype=torch.int32, device=device), cut_val=torch.empty(n, **f32),
-                   cut_idx=torch.empty(n, dtype=torch.int32, device=device),
-                   pall=torch.empty((r, splits), **f32),
-                   plow=torch.empty((r, splits), **f32),
-                   pcnt=torch.empty((r, splits), dtype=torch.int32, device=device),
-                   arrivals=torch.zeros(r, dtype=torch.int32, device=device), splits=splits, span=span)
+        i32 = dict(dtype=torch.int32, device=device)
+        lists = max(EXTRA_ROUNDS, 1)
+        return cls(mode=torch.zeros(r, **i32), cut_val=torch.empty(n, **f32), cut_idx=torch.empty(n, **i32),
+                   pall=torch.empty((r, splits), **f32), plow=torch.empty((r, splits), **f32),
+                   pcnt=torch.empty((r, splits), **i32), arrivals=torch.zeros(r, **i32),
+                   open_rows=torch.zeros((lists, r), **i32), open_len=torch.zeros(lists, **i32),
+                   launch_arrivals=torch.zeros(lists, **i32), splits=splits, span=span,
+                   row_slots=row_slots(num_requests))
+
+
+def row_slots(num_requests: int) -> int:
+    """G, the first grid dimension of a later check or draw: one slot per ROWS_PER_SLOT requests."""
+    return max(1, triton.cdiv(num_requests, ROWS_PER_SLOT))
 
 
 def round_draw_scratch(num_rows: int, vocab: int, block: int | None, device, programs: int | None) -> DrawScratch:
     """Scratch of the later draws over ``num_rows`` requests (``block`` / ``programs`` None: from
-    ROUND_DRAW_SHAPES), each row split ROUND_SPLIT_FACTOR times finer than a launch of that many rows."""
-    return DrawScratch.allocate(num_rows, vocab, block, device, programs,
-                                split_as_rows=max(1, num_rows // ROUND_SPLIT_FACTOR), table=ROUND_DRAW_SHAPES)
+    ROUND_DRAW_SHAPES): grid (row_slots, SPLITS), each open row split like a draw of ROUND_SPLIT_AS_ROWS rows."""
+    scratch = DrawScratch.allocate(num_rows, vocab, block, device, programs,
+                                   split_as_rows=min(max(num_rows, 1), ROUND_SPLIT_AS_ROWS), table=ROUND_DRAW_SHAPES)
+    scratch.row_slots = row_slots(num_rows)
+    return scratch
+
+
+def launch_rounds(cs: CheckScratch, draw_open, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor,
+                  slot: torch.Tensor, params, tokens: torch.Tensor, top: torch.Tensor, dtok: torch.Tensor,
+                  seed: torch.Tensor, positions: torch.Tensor, cut: tuple | None = None) -> None:
+    """Everything after the first draw, a fixed launch sequence: its check, EXTRA_ROUNDS (draw, check) pairs
+    over the rows still open, then the finish loop. ``draw_open(mode, cut_val, cut_idx, rows)`` launches
+    the impl's draw over the list ``rows`` = (open_rows [R] int32, open_len [1] int32)."""
+    launch_check(cs, logits, mode, row, slot, params, tokens, top, 0, cut)
+    for i in range(1, EXTRA_ROUNDS + 1):
+        draw_open(cs.mode, cs.cut_val, cs.cut_idx, (cs.open_rows[i - 1], cs.open_len[i - 1:i]))
+        launch_check(cs, logits, mode, row, slot, params, tokens, top, i)
+    launch_finish(cs, logits, row, slot, dtok, params, seed, positions, tokens, top)
 
 
 def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, slot: torch.Tensor,
-                 params, tokens: torch.Tensor, top: torch.Tensor, first: bool, cut: tuple | None = None) -> None:
-    """One check pass over the R requests (``first``: read the plan ``mode`` and the bounds ``cut``,
-    default ``params.cut_*``); ``row`` / ``slot`` [R] int32: each request's draw row and token slot;
-    ``top`` [R] float32: each row's largest processed value (``DrawScratch.top`` of the first draw)."""
-    r_count = mode.numel()
+                 params, tokens: torch.Tensor, top: torch.Tensor, check_round: int, cut: tuple | None = None) -> None:
+    """Check ``check_round`` (0: the first, over every request, reading the plan ``mode`` and the bounds
+    ``cut``, default ``params.cut_*``; i > 0: the rows open after check i - 1); ``row`` / ``slot`` [R] int32:
+    each request's draw row and token slot; ``top`` [R] float32: each row's largest processed value
+    (``DrawScratch.top`` of the first draw). Rows left open join list ``check_round`` unless it is the last."""
+    first = check_round == 0
     mode_in = mode if first else cs.mode
     cut_val_in, cut_idx_in = (cut or (params.cut_val, params.cut_idx)) if first else (cs.cut_val, cs.cut_idx)
-    _check_kernel[(r_count, cs.splits)](
+    append = check_round < EXTRA_ROUNDS
+    j_in, j_out = max(check_round - 1, 0), check_round if append else 0
+    grid = (mode.numel(), cs.splits) if first else (cs.row_slots, cs.splits)
+    _check_kernel[grid](
         logits, logits.stride(0), mode_in, cs.mode, row, slot, params.check, params.temp_div, params.cut_val,
         params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
-        cs.pall, cs.plow, cs.pcnt, cs.arrivals, logits.shape[1], cs.splits,
-        SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
+        cs.pall, cs.plow, cs.pcnt, cs.arrivals, cs.open_rows[j_in], cs.open_len[j_in:j_in + 1], cs.open_rows[j_out],
+        cs.open_len[j_out:j_out + 1], cs.launch_arrivals[j_in:j_in + 1], logits.shape[1], cs.splits,
+        LIST=not first, APPEND=append, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
 
 
 def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, slot: torch.Tensor, dtok: torch.Tensor,

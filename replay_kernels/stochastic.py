@@ -62,7 +62,7 @@ from replay_harness.recording.step import ROUTE_CODE, Step
 from .draw import (MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel,
                    block_argmax, last_to_arrive)
 from .filters import FILTER_SPAN
-from .sample_check import EXTRA_ROUNDS, CheckScratch, launch_check, launch_finish, round_draw_scratch
+from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
 from .verify_bounds import (VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_OPEN, WALK_PENDING,
@@ -381,27 +381,28 @@ class StochasticSampler(LaunchSampler):
             if s.tokens.shape[1] > 1:
                 self._positions(s, draft, d_stride, *cut, exact=True)
         self._draw(s, draft, d_stride, s.mode, *cut, s.draw)
-        cs = s.check
-        if cs is not None:  # top-p draw rows: sample-and-check (replay_kernels/sample_check.py)
-            top = s.draw.top
-            launch_check(cs, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, top, first=True, cut=cut)
-            for _ in range(EXTRA_ROUNDS):
-                self._draw(s, draft, d_stride, cs.mode, cs.cut_val, cs.cut_idx, s.round_draw)
-                launch_check(cs, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, top, first=False)
-            launch_finish(cs, s.logits, s.rrow, s.slot, s.rdtok, p, s.seed, s.positions, s.tokens, top)
+        if s.check is not None:  # top-p draw rows: sample-and-check (replay_kernels/sample_check.py)
+            def draw_open(mode, cut_val, cut_idx, rows):
+                self._draw(s, draft, d_stride, mode, cut_val, cut_idx, s.round_draw, rows)
+
+            launch_rounds(s.check, draw_open, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, s.draw.top, s.rdtok,
+                          s.seed, s.positions, cut=cut)
         return s.tokens, s.counts
 
-    def _draw(self, s: VerifyState, draft, d_stride: int, mode, cut_val, cut_idx, d: DrawScratch) -> None:
-        """One launch of the draw kernel over the R requests' plans (``mode``), under the bounds ``cut_*``."""
+    def _draw(self, s: VerifyState, draft, d_stride: int, mode, cut_val, cut_idx, d: DrawScratch,
+              rows: tuple | None = None) -> None:
+        """One launch of the draw kernel over the R requests' plans (``mode``), under the bounds ``cut_*``;
+        ``rows`` = (open_rows, open_len): only those requests (grid (d.row_slots, SPLITS))."""
         p = s.params
-        _draw_kernel[(s.tokens.shape[0], d.splits)](
+        list_rows, list_len = rows if rows is not None else (d.arrivals, d.arrivals)  # placeholders unless a list
+        _draw_kernel[(d.row_slots if rows is not None else s.tokens.shape[0], d.splits)](
             s.logits, s.logits.stride(0), draft, d_stride,
             mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
             p.temp_div, cut_val, cut_idx, s.req_temp, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, d.row_best, s.counts, s.counts, s.tokens, s.tokens.stride(0),
-            d.part_top, d.top, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
-            HAS_DRAFT=s.draft_logits is not None, TOP=d.track_top, BLOCK=d.block,
-            CHUNK=REDUCE_CHUNK, num_warps=d.warps)
+            d.part_top, d.top, list_rows, list_len, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
+            HAS_DRAFT=s.draft_logits is not None, TOP=d.track_top, SHARE=d.share, PRUNE=d.prune,
+            LIST=rows is not None, BLOCK=d.block, CHUNK=REDUCE_CHUNK, num_warps=d.warps, maxnreg=d.maxnreg)
 
     def _positions(self, s: VerifyState, draft, d_stride: int, cut_val, cut_idx, exact: bool) -> None:
         """One ``_position_kernel`` launch per draft position (``exact``: the pending requests' round), or one

@@ -50,7 +50,7 @@ def test_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
     want = ReferenceSampler().sample(step)
     missed = sum(unfiltered[r] != int(want.tokens[r, 0]) for r in range(12))
     assert missed >= 6, missed  # the first draw misses the set on most rows: the later stages do the work
-    monkeypatch.setattr("replay_kernels.plain.EXTRA_ROUNDS", 0)  # launched rounds: none; the finish loop settles all
+    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 0)  # launched rounds: none; the finish loop settles all
     compare(step, GumbelMaxSampler(block=64, programs=16, filter_span=256).sample(step), want, max_near_ties=0)
 
 
@@ -61,6 +61,21 @@ def test_rounds_and_finish_agree_and_launch_replays():
     first = [x.clone() for x in impl.launch(state)]
     again = impl.launch(state)  # the working plan is rebuilt from the prepared one: same tokens
     assert all(torch.equal(a, b) for a, b in zip(first, again))
+    compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
+
+
+def test_launched_rounds_settle_the_open_rows_without_the_finish_loop(monkeypatch):
+    """The later checks and draws run over the list of rows still open: with enough rounds and no finish
+    loop they alone must settle every row, and leave the lists empty for the next launch."""
+    step = _low_top_p_step(9, 400, 10)
+    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 24)
+    monkeypatch.setattr("replay_kernels.sample_check.launch_finish", lambda *args: None)
+    impl = GumbelMaxSampler(block=64, programs=16, filter_span=128)
+    state = impl.prepare(step)
+    assert state.check.row_slots < step.num_requests  # a slot covers several requests
+    tokens = impl.launch(state)[0].clone()
+    assert state.check.open_len.tolist() == [0] * 24 and not state.check.launch_arrivals.any()
+    assert torch.equal(impl.launch(state)[0], tokens)
     compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
 
 
