@@ -113,12 +113,13 @@ def _candidate(base, c, t):
 def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
                   topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
                   top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_in, len_in, list_out, len_out,
-                  launch_arrivals_ptr, V, SPLITS, LIST: tl.constexpr, APPEND: tl.constexpr, SPAN: tl.constexpr,
+                  len_done, V, SPLITS, LIST: tl.constexpr, APPEND: tl.constexpr, SPAN: tl.constexpr,
                   BLOCK: tl.constexpr):
     """Test the token the last draw wrote to ``tokens[r, slot[r]]`` of the rows that are open (mode TARGET or
     RESIDUAL, and a check row). The first check: grid (R, SPLITS), every row. A later one (``LIST``): grid
     (G, SPLITS) over the ``len_in[0]`` rows of ``list_in`` (the rows still open), like the ``LIST`` draw; its
-    last program to arrive (``launch_arrivals``) sets ``len_in[0]`` back to 0 for the next launch.
+    program (0, 0) sets ``len_done[0]`` back to 0 for the next launch (the list two rounds back, which no
+    later kernel reads; a plain store, no launch-wide counter).
     ``APPEND``: rows that stay open are appended to ``list_out`` (count ``len_out[0]``, in arrival order: the
     order changes no token). ``top`` [R]: each row's largest processed value (the first draw wrote it)."""
     if LIST:
@@ -127,8 +128,8 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, ch
                         slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
                         cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, pall_ptr, plow_ptr, pcnt_ptr,
                         arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, SPAN, BLOCK)
-        if last_to_arrive(launch_arrivals_ptr, 0, tl.num_programs(0) * tl.num_programs(1)):
-            tl.store(len_in, 0)  # every program read it before arriving
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            tl.store(len_done, 0)
     else:
         _check_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
                     slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
@@ -202,12 +203,15 @@ def _row_draw(base, V, t, cv, ci, key, skip, BLOCK: tl.constexpr):
 @triton.jit
 def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, temp_ptr, lbound_ptr, topk_ptr,
                    topp_ptr, cut_val_ptr, cut_idx_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride, top_ptr,
-                   pall_ptr, plow_ptr, pcnt_ptr, V, SPLITS,
+                   pall_ptr, plow_ptr, pcnt_ptr, len_done, V, SPLITS,
                    SPAN: tl.constexpr, BLOCK: tl.constexpr):
     """Grid (R,): a row still open after the launched rounds loops (draw above its bound, check) in
     one program until the drawn token is kept (a RESIDUAL row leaves its rejected draft ``dtok[r]`` out).
-    Same spans and sums as the split kernels, so the verdicts are the same."""
+    Same spans and sums as the split kernels, so the verdicts are the same. Program 0 sets ``len_done[0]``
+    (the last list's length) back to 0 for the next launch."""
     r = tl.program_id(0)
+    if r == 0:
+        tl.store(len_done, 0)
     mode = tl.load(mode_ptr + r)
     if (mode == MODE_TARGET) | (mode == MODE_RESIDUAL):
         skip = tl.full((), -1, tl.int32)
@@ -253,8 +257,9 @@ class CheckScratch:
     mode [R] int32, cut_val [N] float32, cut_idx [N] int32: the working draw plan (the prepared one is
     left as it is, so a launch can be replayed); partials pall/plow [R, splits] float32 and
     pcnt [R, splits] int32; arrivals [R] int32 (zero between launches). The rows still open after check i:
-    ``open_rows[i, :open_len[i]]`` [EXTRA_ROUNDS, R] / [EXTRA_ROUNDS] int32 (lengths zero between launches,
-    reset by the check that reads them; ``launch_arrivals`` [EXTRA_ROUNDS] int32 counts its programs);
+    ``open_rows[i, :open_len[i]]`` [EXTRA_ROUNDS, R] / [EXTRA_ROUNDS + 1] int32 (lengths zero between
+    launches: list i is read by draw and check i + 1, and its length reset by check i + 2, or by the finish
+    kernel; the last length is a spare that stays 0);
     ``row_slots``: the first grid dimension G of the later checks and draws (ROWS_PER_SLOT requests a slot).
     """
 
@@ -267,7 +272,6 @@ class CheckScratch:
     arrivals: torch.Tensor
     open_rows: torch.Tensor
     open_len: torch.Tensor
-    launch_arrivals: torch.Tensor
     splits: int
     span: int
     row_slots: int
@@ -282,8 +286,8 @@ class CheckScratch:
         return cls(mode=torch.zeros(r, **i32), cut_val=torch.empty(n, **f32), cut_idx=torch.empty(n, **i32),
                    pall=torch.empty((r, splits), **f32), plow=torch.empty((r, splits), **f32),
                    pcnt=torch.empty((r, splits), **i32), arrivals=torch.zeros(r, **i32),
-                   open_rows=torch.zeros((lists, r), **i32), open_len=torch.zeros(lists, **i32),
-                   launch_arrivals=torch.zeros(lists, **i32), splits=splits, span=span,
+                   open_rows=torch.zeros((lists, r), **i32), open_len=torch.zeros(lists + 1, **i32),
+                   splits=splits, span=span,
                    row_slots=row_slots(num_requests))
 
 
@@ -325,12 +329,13 @@ def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row
     cut_val_in, cut_idx_in = (cut or (params.cut_val, params.cut_idx)) if first else (cs.cut_val, cs.cut_idx)
     append = check_round < EXTRA_ROUNDS
     j_in, j_out = max(check_round - 1, 0), check_round if append else 0
+    j_done = check_round - 2 if check_round >= 2 else cs.open_len.numel() - 1  # a spare length: nothing to reset
     grid = (mode.numel(), cs.splits) if first else (cs.row_slots, cs.splits)
     _check_kernel[grid](
         logits, logits.stride(0), mode_in, cs.mode, row, slot, params.check, params.temp_div, params.cut_val,
         params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
         cs.pall, cs.plow, cs.pcnt, cs.arrivals, cs.open_rows[j_in], cs.open_len[j_in:j_in + 1], cs.open_rows[j_out],
-        cs.open_len[j_out:j_out + 1], cs.launch_arrivals[j_in:j_in + 1], logits.shape[1], cs.splits,
+        cs.open_len[j_out:j_out + 1], cs.open_len[j_done:j_done + 1], logits.shape[1], cs.splits,
         LIST=not first, APPEND=append, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
 
 
@@ -341,4 +346,5 @@ def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, slo
     _finish_kernel[(cs.mode.numel(),)](
         logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, params.top_k, params.top_p,
         cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow, cs.pcnt,
-        logits.shape[1], cs.splits, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
+        cs.open_len[max(EXTRA_ROUNDS - 1, 0):][:1], logits.shape[1], cs.splits, SPAN=cs.span,
+        BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)

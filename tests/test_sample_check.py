@@ -59,6 +59,7 @@ def test_rounds_and_finish_agree_and_launch_replays():
     impl = GumbelMaxSampler(block=64, programs=16, filter_span=128)
     state = impl.prepare(step)
     first = [x.clone() for x in impl.launch(state)]
+    assert not state.check.open_len.any()  # every open-row list is empty again for the next launch
     again = impl.launch(state)  # the working plan is rebuilt from the prepared one: same tokens
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
@@ -74,7 +75,7 @@ def test_launched_rounds_settle_the_open_rows_without_the_finish_loop(monkeypatc
     state = impl.prepare(step)
     assert state.check.row_slots < step.num_requests  # a slot covers several requests
     tokens = impl.launch(state)[0].clone()
-    assert state.check.open_len.tolist() == [0] * 24 and not state.check.launch_arrivals.any()
+    assert not state.check.open_len.any()
     assert torch.equal(impl.launch(state)[0], tokens)
     compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
 
