@@ -74,6 +74,10 @@ from .verify_stats import global_lse, processed_at, span_stats
 STATS_BLOCK = 2048
 STATS_SPAN = 8192
 POSITION_WARPS = 4
+# Register cap a thread of the position launches without top-p bounds: it changes no arithmetic (only what spills),
+# so not the order of any sum; 56 was 2-6% faster than none at verify k=4 R = 8, 64, 256; on the bounded and exact
+# top-p launches it cost 3% at R = 64 (eighth session, docs/BENCHMARKS.md).
+POSITION_MAXNREG = 56
 # Batches of fewer requests verify every draft position in one launch (``_position_kernel`` ALL: the rows
 # after a rejection are read too, but one launch replaces max_k); same stats and tests, so same tokens.
 FUSED_BELOW = 32
@@ -297,6 +301,7 @@ class StochasticSampler(LaunchSampler):
         self.stats_block = stats_block
         self.fused_below = fused_below
         self.position_warps = position_warps
+        self.position_maxnreg = POSITION_MAXNREG
         self.stats_span = stats_span or STATS_SPAN // STATS_BLOCK * stats_block  # 4 tiles a span
         self.draw_block = draw_block
         self.programs = programs
@@ -410,6 +415,8 @@ class StochasticSampler(LaunchSampler):
         p = s.params
         fused = s.fused and not exact
         slots = s.positions_launched if fused else 1
+        bounded = (s.fallback is not None) and not exact
+        maxnreg = None if bounded or exact else self.position_maxnreg  # the top-p variants' extra state spills
         for i in range(1 if fused else s.positions_launched):
             _position_kernel[(s.tokens.shape[0], s.num_stats_blocks, slots)](
                 i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
@@ -417,6 +424,5 @@ class StochasticSampler(LaunchSampler):
                 s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.srb, s.sx2, s.arrivals, s.walk, s.pend, s.tokens,
                 s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
                 s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
-                BOUNDED=(s.fallback is not None) and not exact, EXACT=exact, ALL=fused,
-                SPAN=self.stats_span, BLOCK=self.stats_block, CHUNK=WALK_CHUNK,
-                num_warps=self.position_warps)
+                BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
+                CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg)
