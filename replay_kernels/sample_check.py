@@ -27,9 +27,9 @@ rounding: a near-tie, as for the search). The largest value is always kept (its
 At temperature 1 a drawn token misses the top-p set with probability at most
 ``1 - p``, so one check settles most rows: a step costs the draw, one check pass
 (an ``exp`` per element, like the stats pass; count only for top-k), then
-``EXTRA_ROUNDS`` (draw, check) pairs over the rows still open (the others exit
-after one load; these draws split each row over more programs than the first,
-since few rows are still open), then :func:`_finish_kernel`, one program per row that loops
+``EXTRA_ROUNDS`` (draw, check) pairs over a list of the rows still open (no program
+for the others; these draws split each open row over more programs than the first
+draw does), then :func:`_finish_kernel`, one program per row that loops
 (draw, check) over whole rows until every row is settled (exact whatever the
 parameters; rarely has work). Rows with both top-k and top-p keep the search
 (their top-p mass is over the top-k set, whose bound a check does not give).
@@ -257,9 +257,9 @@ class CheckScratch:
     mode [R] int32, cut_val [N] float32, cut_idx [N] int32: the working draw plan (the prepared one is
     left as it is, so a launch can be replayed); partials pall/plow [R, splits] float32 and
     pcnt [R, splits] int32; arrivals [R] int32 (zero between launches). The rows still open after check i:
-    ``open_rows[i, :open_len[i]]`` [EXTRA_ROUNDS, R] / [EXTRA_ROUNDS + 1] int32 (lengths zero between
-    launches: list i is read by draw and check i + 1, and its length reset by check i + 2, or by the finish
-    kernel; the last length is a spare that stays 0);
+    ``open_rows[i, :open_len[i]]`` [rounds, R] / [rounds + 1] int32 (lengths zero between launches: list i is
+    read by draw and check i + 1, and its length reset by check i + 2, or by the finish kernel; the last
+    length is a spare that stays 0); ``rounds``: the launched (draw, check) rounds, EXTRA_ROUNDS when allocated;
     ``row_slots``: the first grid dimension G of the later checks and draws (ROWS_PER_SLOT requests a slot).
     """
 
@@ -275,6 +275,7 @@ class CheckScratch:
     splits: int
     span: int
     row_slots: int
+    rounds: int
 
     @classmethod
     def allocate(cls, num_requests: int, num_rows: int, vocab: int, device, span: int = FILTER_SPAN) -> "CheckScratch":
@@ -282,13 +283,13 @@ class CheckScratch:
         r, n = max(num_requests, 1), max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)
         i32 = dict(dtype=torch.int32, device=device)
-        lists = max(EXTRA_ROUNDS, 1)
+        lists = max(EXTRA_ROUNDS, 1)  # at least one, so every launch argument is a real tensor
         return cls(mode=torch.zeros(r, **i32), cut_val=torch.empty(n, **f32), cut_idx=torch.empty(n, **i32),
                    pall=torch.empty((r, splits), **f32), plow=torch.empty((r, splits), **f32),
                    pcnt=torch.empty((r, splits), **i32), arrivals=torch.zeros(r, **i32),
                    open_rows=torch.zeros((lists, r), **i32), open_len=torch.zeros(lists + 1, **i32),
                    splits=splits, span=span,
-                   row_slots=row_slots(num_requests))
+                   row_slots=row_slots(num_requests), rounds=EXTRA_ROUNDS)
 
 
 def row_slots(num_requests: int) -> int:
@@ -308,11 +309,11 @@ def round_draw_scratch(num_rows: int, vocab: int, block: int | None, device, pro
 def launch_rounds(cs: CheckScratch, draw_open, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor,
                   slot: torch.Tensor, params, tokens: torch.Tensor, top: torch.Tensor, dtok: torch.Tensor,
                   seed: torch.Tensor, positions: torch.Tensor, cut: tuple | None = None) -> None:
-    """Everything after the first draw, a fixed launch sequence: its check, EXTRA_ROUNDS (draw, check) pairs
+    """Everything after the first draw, a fixed launch sequence: its check, ``cs.rounds`` (draw, check) pairs
     over the rows still open, then the finish loop. ``draw_open(mode, cut_val, cut_idx, rows)`` launches
     the impl's draw over the list ``rows`` = (open_rows [R] int32, open_len [1] int32)."""
     launch_check(cs, logits, mode, row, slot, params, tokens, top, 0, cut)
-    for i in range(1, EXTRA_ROUNDS + 1):
+    for i in range(1, cs.rounds + 1):
         draw_open(cs.mode, cs.cut_val, cs.cut_idx, (cs.open_rows[i - 1], cs.open_len[i - 1:i]))
         launch_check(cs, logits, mode, row, slot, params, tokens, top, i)
     launch_finish(cs, logits, row, slot, dtok, params, seed, positions, tokens, top)
@@ -327,7 +328,7 @@ def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row
     first = check_round == 0
     mode_in = mode if first else cs.mode
     cut_val_in, cut_idx_in = (cut or (params.cut_val, params.cut_idx)) if first else (cs.cut_val, cs.cut_idx)
-    append = check_round < EXTRA_ROUNDS
+    append = check_round < cs.rounds
     j_in, j_out = max(check_round - 1, 0), check_round if append else 0
     j_done = check_round - 2 if check_round >= 2 else cs.open_len.numel() - 1  # a spare length: nothing to reset
     grid = (mode.numel(), cs.splits) if first else (cs.row_slots, cs.splits)
@@ -346,5 +347,5 @@ def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, slo
     _finish_kernel[(cs.mode.numel(),)](
         logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, params.top_k, params.top_p,
         cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow, cs.pcnt,
-        cs.open_len[max(EXTRA_ROUNDS - 1, 0):][:1], logits.shape[1], cs.splits, SPAN=cs.span,
+        cs.open_len[max(cs.rounds - 1, 0):][:1], logits.shape[1], cs.splits, SPAN=cs.span,
         BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)

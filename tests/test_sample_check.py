@@ -54,7 +54,9 @@ def test_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
     compare(step, GumbelMaxSampler(block=64, programs=16, filter_span=256).sample(step), want, max_near_ties=0)
 
 
-def test_rounds_and_finish_agree_and_launch_replays():
+@pytest.mark.parametrize("rounds", [0, 1, 2, 3])
+def test_rounds_and_finish_agree_and_launch_replays(rounds, monkeypatch):
+    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", rounds)  # every list-length reset path
     step = _low_top_p_step(6, 300, 6)
     impl = GumbelMaxSampler(block=64, programs=16, filter_span=128)
     state = impl.prepare(step)
@@ -78,6 +80,22 @@ def test_launched_rounds_settle_the_open_rows_without_the_finish_loop(monkeypatc
     assert not state.check.open_len.any()
     assert torch.equal(impl.launch(state)[0], tokens)
     compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
+
+
+def test_a_slot_draws_and_checks_every_row_of_its_list(monkeypatch):
+    """One launched round, no finish loop: a slot that covers several open rows (8 requests a slot) must
+    leave the same tokens and working plan as one slot per request."""
+    step = _low_top_p_step(9, 400, 10)
+    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 1)
+    monkeypatch.setattr("replay_kernels.sample_check.launch_finish", lambda *args: None)
+    out = []
+    for per_slot in (1, 8):
+        monkeypatch.setattr("replay_kernels.sample_check.ROWS_PER_SLOT", per_slot)
+        impl = GumbelMaxSampler(block=64, programs=16, filter_span=128)
+        state = impl.prepare(step)
+        assert state.check.row_slots == -(-step.num_requests // per_slot)
+        out.append((impl.launch(state)[0].clone(), state.check.mode.clone(), state.check.cut_idx.clone()))
+    assert all(torch.equal(a, b) for a, b in zip(*out))
 
 
 def test_batch_composition_does_not_change_a_checked_row():
