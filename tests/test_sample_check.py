@@ -50,7 +50,8 @@ def test_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
     want = ReferenceSampler().sample(step)
     missed = sum(unfiltered[r] != int(want.tokens[r, 0]) for r in range(12))
     assert missed >= 6, missed  # the first draw misses the set on most rows: the later stages do the work
-    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 0)  # launched rounds: none; the finish loop settles all
+    # no launched rounds: the finish loop settles every row
+    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 0)
     compare(step, GumbelMaxSampler(block=64, programs=16, filter_span=256).sample(step), want, max_near_ties=0)
 
 
