@@ -311,6 +311,14 @@ class DrawScratch:
     def prune(self) -> bool:
         return self.share or self.span > self.block
 
+    def launch_over(self, num_rows: int, rows: tuple | None) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
+        """(grid, list, list length) of a draw over all ``num_rows`` requests (``rows`` None: grid (R, SPLITS),
+        the list arguments unused placeholders) or over the list ``rows`` = (open_rows, open_len): grid
+        (row_slots, SPLITS)."""
+        if rows is None:
+            return (num_rows, self.splits), self.arrivals, self.arrivals
+        return (self.row_slots, self.splits), rows[0], rows[1]
+
     @classmethod
     def allocate(cls, num_rows: int, vocab: int, block: int | None, device, programs: int | None = None,
                  split_as_rows: int | None = None, track_top: bool = False,

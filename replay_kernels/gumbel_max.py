@@ -23,8 +23,7 @@ class GumbelMaxSampler(PlainSampler):
 
     def _draw(self, s: PlainState, mode, cut_val, cut_idx, d, rows=None) -> None:
         p = s.params
-        list_rows, list_len = rows if rows is not None else (d.arrivals, d.arrivals)  # placeholders unless a list
-        grid = (d.row_slots if rows is not None else s.mode.numel(), d.splits)
+        grid, list_rows, list_len = d.launch_over(s.mode.numel(), rows)
         _draw_kernel[grid](
             s.logits, s.logits.stride(0), s.dummy_f32, 0,
             mode, s.row, s.slot, s.dummy_i32, s.dummy_i32, s.dummy_f32, s.dummy_f32,

@@ -344,8 +344,9 @@ def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, slo
                   params, seed: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, top: torch.Tensor) -> None:
     """The one-program-per-row loop for rows still open (the others exit after one load); ``dtok`` [R]
     int32: the rejected draft of a RESIDUAL row."""
+    last = max(cs.rounds - 1, 0)  # the last list: read by the last round, reset here
     _finish_kernel[(cs.mode.numel(),)](
         logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, params.top_k, params.top_p,
         cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow, cs.pcnt,
-        cs.open_len[max(cs.rounds - 1, 0):][:1], logits.shape[1], cs.splits, SPAN=cs.span,
+        cs.open_len[last:last + 1], logits.shape[1], cs.splits, SPAN=cs.span,
         BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)

@@ -399,8 +399,8 @@ class StochasticSampler(LaunchSampler):
         """One launch of the draw kernel over the R requests' plans (``mode``), under the bounds ``cut_*``;
         ``rows`` = (open_rows, open_len): only those requests (grid (d.row_slots, SPLITS))."""
         p = s.params
-        list_rows, list_len = rows if rows is not None else (d.arrivals, d.arrivals)  # placeholders unless a list
-        _draw_kernel[(d.row_slots if rows is not None else s.tokens.shape[0], d.splits)](
+        grid, list_rows, list_len = d.launch_over(s.tokens.shape[0], rows)
+        _draw_kernel[grid](
             s.logits, s.logits.stride(0), draft, d_stride,
             mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
             p.temp_div, cut_val, cut_idx, s.req_temp, s.seed, s.positions,

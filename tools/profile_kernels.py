@@ -103,7 +103,8 @@ def warps_sweep(V: int) -> None:
     table = draw.DRAW_SHAPES
 
     def make(warps: int | None, block: int | None) -> GumbelMaxSampler:
-        draw.DRAW_SHAPES = table if warps is None else ((1 << 31, block, warps, 8 * DRAW_PROGRAMS // warps, True, None),)
+        one_shape = (1 << 31, block, warps, 8 * DRAW_PROGRAMS // warps, True, None)  # shared best, no register cap
+        draw.DRAW_SHAPES = table if warps is None else (one_shape,)
         return GumbelMaxSampler()
 
     try:
