@@ -40,8 +40,8 @@ import triton
 import triton.language as tl
 
 from .filters import float_key, key_to_float
-from .params import load_processed
-from .rng import (NOISE_MAX, gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_row_key,
+from .params import load_processed, process_loaded
+from .rng import (gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_preimage, murmur3_row_key,
                   uniform_to_gumbel)
 
 # Draw modes (one per request), shared by the plain samplers and the stochastic walk.
@@ -53,6 +53,7 @@ MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting 
 DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 rows (about 8 per SM on an H200)
 NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best before any program has one
 REDUCE_CHUNK = 128       # partials reduced per step
+ROW_HASHES = 4096        # a row's smallest hashes whose tokens its programs list (at least; see listed_hashes)
 # (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
 # measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions).
 # Below 8 rows: 2048 x 8 warps, one tile a program (122 tiles cap the programs), nothing shared: every program
@@ -64,6 +65,13 @@ REDUCE_CHUNK = 128       # partials reduced per step
 # verify, synthetic and real rows; 16,384 were 1-7% faster at R = 256, 5-6% slower at R = 64).
 DRAW_SHAPES = ((8, 2048, 8, DRAW_PROGRAMS, False, 64), (16, 512, 1, DRAW_PROGRAMS, True, None),
                (64, 512, 1, 2 * DRAW_PROGRAMS, True, None), (1 << 31, 512, 1, 8192, True, None))
+
+
+def listed_hashes(splits: int) -> int:
+    """Hashes each of a row's ``splits`` programs lists (program s: ``[s * n, (s + 1) * n)``): a power of two,
+    at least 32 (one a lane), so the row lists at least ROW_HASHES. The tiles' noise bound is then that of hash
+    ``n * splits``: 13.9 for 4,096 (22.9 with nothing listed)."""
+    return max(32, triton.next_power_of_2(triton.cdiv(ROW_HASHES, max(splits, 1))))
 
 
 def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,
@@ -78,17 +86,18 @@ def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None
 
 @triton.jit
 def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
-    """(max, index) over ``NB`` partial (max, index) pairs at ``base``: strictly greater wins,
-    so the first partial wins ties (partials are in index order). NaN-free inputs."""
+    """(max, index) over ``NB`` partial (max, index) pairs at ``base``: the largest max, and of the partials
+    that hold it the smallest index (a partial's index may lie outside its span: the listed tokens). NaN-free
+    inputs; all -inf gives (-inf, 0)."""
     best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.zeros((), tl.int32)
     for start in range(0, NB, CHUNK):
         offs = start + tl.arange(0, CHUNK)
         m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
         a = tl.load(arg_ptr + base + offs, mask=offs < NB, other=0, cache_modifier=".cg")
-        cm, ci = tl.max(m, axis=0, return_indices=True)
-        ca = tl.sum(tl.where(tl.arange(0, CHUNK) == ci, a, 0), axis=0)
-        better = cm > best
+        cm = tl.max(m, axis=0)
+        ca = tl.min(tl.where((m == cm) & (offs < NB), a, 2147483647), axis=0)
+        better = (cm > best) | ((cm == best) & (ca < best_idx))
         best_idx = tl.where(better, ca, best_idx)
         best = tl.where(better, cm, best)
     return best, best_idx
@@ -146,13 +155,40 @@ def _residual_of_log_p(log_p, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse
 
 
 @triton.jit
+def _listed_best(r, s, key, mode, row_base, V, t, cv, ci, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
+                 lse_q_ptr, req_temp_ptr, HAS_DRAFT: tl.constexpr, HASHES: tl.constexpr):
+    """(score, token) of the best of row r's tokens whose hash is in ``[s * HASHES, (s + 1) * HASHES)``
+    (-inf, 0 when none is below V, the usual case: a token id is one uint32 in 2^32 / V): each hash's
+    token is ``murmur3_preimage``, its score the one the tiles compute. Ties: the smallest token."""
+    h = (s * HASHES + tl.arange(0, HASHES)).to(tl.uint32)
+    tok = murmur3_preimage(key, h)
+    valid = tok < (tl.zeros((), tl.int32) + V).to(tl.uint32)
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    if tl.max(valid.to(tl.int32), axis=0) > 0:
+        offs = tl.where(valid, tok, V).to(tl.int32)
+        x = load_processed(row_base, offs, V, t, cv, ci)
+        if mode == MODE_RESIDUAL:
+            x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
+                          req_temp_ptr, HAS_DRAFT)
+        score = x + uniform_to_gumbel(hash_to_uniform(h))
+        score = tl.where(valid & (score == score), score, float("-inf"))
+        m = tl.max(score, axis=0)
+        if m > best:
+            best = m
+            best_idx = tl.min(tl.where(score == m, offs, V), axis=0)
+    return best, best_idx
+
+
+@triton.jit
 def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                  mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
                  temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
                  part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
                  tok_stride, part_top_ptr, top_ptr, list_ptr, list_len_ptr, V, W, span, SPLITS,
                  HAS_DRAFT: tl.constexpr, TOP: tl.constexpr, SHARE: tl.constexpr, PRUNE: tl.constexpr,
-                 LIST: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+                 LIST: tl.constexpr, BLOCK: tl.constexpr, HASHES: tl.constexpr, PREFETCH: tl.constexpr,
+                 CHUNK: tl.constexpr):
     """Grid (R, SPLITS): program (r, s) draws span s of request r. ``LIST`` (a later draw of sample-and-check):
     grid (G, SPLITS), program (g, s) draws span s of requests ``list[g], list[g + G], ...`` (the
     ``list_len[0]`` requests still open; the others' outputs are written)."""
@@ -162,13 +198,13 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                        mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
                        cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
                        arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
-                       top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, CHUNK)
+                       top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, HASHES, PREFETCH, CHUNK)
     else:
         _draw_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, draft_ptr, d_stride,
                    mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
                    cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
                    arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
-                   top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, CHUNK)
+                   top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, HASHES, PREFETCH, CHUNK)
 
 
 @triton.jit
@@ -176,7 +212,8 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                lse_t_ptr, lse_q_ptr, temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
                part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
                tok_stride, part_top_ptr, top_ptr, V, W, span, SPLITS, HAS_DRAFT: tl.constexpr, TOP: tl.constexpr,
-               SHARE: tl.constexpr, PRUNE: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+               SHARE: tl.constexpr, PRUNE: tl.constexpr, BLOCK: tl.constexpr, HASHES: tl.constexpr,
+               PREFETCH: tl.constexpr, CHUNK: tl.constexpr):
     """Span ``s`` of request ``r``: its best (score, index), and the row's token if this program is the last
     of the row to arrive."""
     mode = tl.load(mode_ptr + r)
@@ -192,23 +229,38 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
         key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
         lo = s * span
         hi = tl.minimum(lo + span, V)
+        if PRUNE:
+            # Every token whose hash is not among the row's HASHES x SPLITS smallest has noise at most ``cut``
+            # (the bound is non-increasing in the hash); those tokens are listed and scored after the tiles, so
+            # a tile is skipped after the load when its largest value plus ``cut`` is below the threshold. (An
+            # int32 tensor first: SPLITS == 1 arrives as a constant.)
+            cut = gumbel_upper_bound((tl.zeros((), tl.int32) + SPLITS * HASHES).to(tl.uint32)) + 0.001
+        if PREFETCH:  # the first tile's load; each tile then loads the next before its own work
+            ahead = tl.load(row_base + lo + tl.arange(0, BLOCK), mask=lo + tl.arange(0, BLOCK) < hi,
+                            other=float("-inf"))
         for start in range(lo, hi, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             valid = offs < hi
+            if SHARE:
+                published = tl.load(row_best_ptr + r, volatile=True)
+            if PREFETCH:
+                raw = ahead
+                ahead = tl.load(row_base + offs + BLOCK, mask=offs + BLOCK < hi, other=float("-inf"))
+            else:
+                raw = tl.load(row_base + offs, mask=valid, other=float("-inf"))
             if mode == MODE_GREEDY:
-                raw = tl.load(row_base + offs, mask=valid, other=float("-inf")).to(tl.float32)
-                m, a = tl.max(tl.where(raw != raw, float("-inf"), raw), axis=0, return_indices=True)
+                raw32 = raw.to(tl.float32)
+                m, a = tl.max(tl.where(raw32 != raw32, float("-inf"), raw32), axis=0, return_indices=True)
                 if m > best:
                     best = m
                     best_idx = start + a
             else:
-                # The row's best score published so far, read before the tile so its latency hides behind
-                # the tile's load. Threads read it at their own times and may see different values: ``thr``
-                # takes the block's smallest read (a reduction over every thread's own read; never the read
-                # itself), so it is the same in every thread and every thread takes the same branches.
-                if SHARE:
-                    published = tl.load(row_best_ptr + r, volatile=True)
-                x = load_processed(row_base, offs, hi, t, cv, ci)
+                # ``published``: the row's best score published so far, read before the tile's load so its
+                # latency hides behind the load's. Threads read it at their own times and may see different
+                # values: ``thr`` takes the block's smallest read (a reduction over every thread's own read;
+                # never the read itself), so it is the same in every thread and every thread takes the same
+                # branches.
+                x = process_loaded(raw, offs, t, cv, ci)
                 # The scores' upper bound ``ub`` (lanes' processed values): the residual with draft logits is
                 # at most log p, so it is computed only in tiles that pass (TOP needs the exact values).
                 if HAS_DRAFT and not TOP:
@@ -235,7 +287,7 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                         thr = tl.maximum(best, key_to_float(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
                     else:
                         thr = best
-                    go = tile_max + NOISE_MAX >= thr
+                    go = tile_max + cut >= thr
                 if go:
                     h = murmur3_finish(key, offs)
                     if PRUNE:
@@ -252,6 +304,14 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                             best_idx = start + a
                             if SHARE:
                                 tl.atomic_max(row_best_ptr + r, float_key(best), sem="relaxed")  # publish
+        if PRUNE:
+            if mode != MODE_GREEDY:  # the listed tokens (anywhere in the row): equal scores go to the smaller id
+                listed, listed_idx = _listed_best(r, s, key, mode, row_base, V, t, cv, ci, draft_ptr, d_stride,
+                                                  drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
+                                                  HAS_DRAFT, HASHES)
+                if (listed > best) | ((listed == best) & (listed_idx < best_idx)):
+                    best = listed
+                    best_idx = listed_idx
     tl.store(part_max_ptr + r * SPLITS + s, best)
     tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
     if TOP:
@@ -290,7 +350,7 @@ class DrawScratch:
     share the row best, and its register cap a thread (:func:`draw_shape`); ``prune``: whether tiles are bounded
     before they are scored (not when every program has one tile and shares nothing: its threshold is -inf at its
     only tile). ``row_slots``: the grid's first dimension G when the launch draws a list of requests (``LIST``;
-    the later draws of sample-and-check)."""
+    the later draws of sample-and-check). ``hashes``: the small hashes each program lists (:func:`listed_hashes`)."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor
@@ -306,10 +366,16 @@ class DrawScratch:
     share: bool = True
     row_slots: int = 0
     maxnreg: int | None = None
+    hashes: int = 32
 
     @property
     def prune(self) -> bool:
         return self.share or self.span > self.block
+
+    @property
+    def prefetch(self) -> bool:
+        """Whether a program has several tiles: each then loads the next tile before its own work."""
+        return self.span > self.block
 
     def launch_over(self, num_rows: int, rows: tuple | None) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
         """(grid, list, list length) of a draw over all ``num_rows`` requests (``rows`` None: grid (R, SPLITS),
@@ -333,6 +399,6 @@ class DrawScratch:
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
                    part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
                    top=torch.empty(rows if track_top else 1, **f32), track_top=track_top, block=block, warps=warps,
-                   share=share, maxnreg=maxnreg,
+                   share=share, maxnreg=maxnreg, hashes=listed_hashes(splits),
                    arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span,
                    row_best=torch.full((rows,), NO_BEST.value, dtype=torch.int32, device=device))

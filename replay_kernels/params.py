@@ -53,13 +53,6 @@ from .filters import FILTER_SPAN, FilterScratch, launch_filters
 
 
 @triton.jit
-def load_scaled(row_ptr, offs, V, t):
-    """float32 ``div_rn(logits, t)`` for lanes ``offs`` (lanes >= V read -inf)."""
-    x = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-    return tl.math.div_rn(x, t)
-
-
-@triton.jit
 def keep_mask(x, offs, cut_val, cut_idx):
     """True where the processed value survives the row's filter bound."""
     return (x > cut_val) | ((x == cut_val) & (offs >= cut_idx))
@@ -67,17 +60,23 @@ def keep_mask(x, offs, cut_val, cut_idx):
 
 @triton.jit
 def load_processed(row_ptr, offs, V, t, cut_val, cut_idx):
-    """Processed target logits (temperature, min-p, top-k, top-p) of lanes ``offs``.
+    """Processed target logits (temperature, min-p, top-k, top-p) of lanes ``offs``; lanes >= V read -inf."""
+    return process_loaded(tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")), offs, t, cut_val, cut_idx)
 
-    NaN and lanes >= V come back as -inf. A row left alone (``t == 1``, no filter bound)
-    takes a scalar branch that skips the IEEE division and the mask: ``x / 1 == x`` exactly
-    and the bound ``(-inf, 0)`` keeps every non-NaN value, so both branches agree bit for bit.
+
+@triton.jit
+def process_loaded(raw, offs, t, cut_val, cut_idx):
+    """float32 processed values of the loaded logits ``raw`` of lanes ``offs`` (any float dtype).
+
+    NaN comes back as -inf. A row left alone (``t == 1``, no filter bound) takes a scalar branch
+    that skips the IEEE division and the mask: ``x / 1 == x`` exactly and the bound ``(-inf, 0)``
+    keeps every non-NaN value, so both branches agree bit for bit.
     """
+    x = raw.to(tl.float32)
     if (t == 1.0) & (cut_val == float("-inf")):
-        x = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
         x = tl.where(x != x, float("-inf"), x)
     else:
-        x = load_scaled(row_ptr, offs, V, t)
+        x = tl.math.div_rn(x, t)
         x = tl.where(keep_mask(x, offs, cut_val, cut_idx), x, float("-inf"))
     return x
 

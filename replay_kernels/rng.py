@@ -12,7 +12,9 @@ trees (so a GPU compile contracts them into FMAs the same way vLLM's does).
 * ``gumbel_noise(seed, pos, token)``: ``-log(-log(1 - u))``, float32.
 * The same in stages, for kernels that prune: ``murmur3_row_key(seed, pos)`` once per
   row, ``murmur3_finish(key, token)``, ``hash_to_uniform(h)``, ``uniform_to_gumbel(u)``,
-  and ``gumbel_upper_bound(h)`` (a bound on the noise from the hash alone) and ``NOISE_MAX``.
+  and ``gumbel_upper_bound(h)`` (a bound on the noise from the hash alone, non-increasing in h).
+* ``murmur3_preimage(key, h)``: the token whose ``murmur3_finish(key, token)`` is h (for a fixed row key the
+  token -> hash map is a bijection of uint32), so a kernel can list the few tokens of a row whose noise is large.
 
 ``seed`` is an int64 scalar (any integer dtype is widened to int64), ``pos`` an
 integer scalar or block (int64 semantics), ``token`` an int32/int64 scalar or
@@ -37,8 +39,6 @@ ACCEPT_UNIFORM_MIN = tl.constexpr(4.6566127342e-10)
 LOG_CLAMP_MIN = tl.constexpr(5.960464477539063e-08)
 # Use the series for log(1 - u) below this u.
 SERIES_CUTOFF = tl.constexpr(0.25)
-# Largest Gumbel noise the contract can produce: u >= 2^-33, so noise <= 33 ln 2 = 22.87 (+ margin).
-NOISE_MAX = tl.constexpr(23.0)
 # Absolute margin of gumbel_upper_bound over the computed noise (rounding of log is ~1e-6 of 23).
 NOISE_SLACK = tl.constexpr(0.01)
 
@@ -98,6 +98,35 @@ def murmur3_row_key(seed, pos):
 def murmur3_finish(row_key, token):
     """``fmix32(mix(row_key, token) ^ 16)``: the hash of (seed, pos, token), shape of ``token``."""
     return _murmur3_fmix32(_murmur3_mix(row_key, token.to(tl.uint32)) ^ 16)
+
+
+# Inverses mod 2^32 of the odd multipliers of the hash (murmur3's c1, c2, the fmix constants, 5).
+_INV_C1 = tl.constexpr(0xDEE13BB1)
+_INV_C2 = tl.constexpr(0x56ED309B)
+_INV_FMIX1 = tl.constexpr(0xA5CB9243)
+_INV_FMIX2 = tl.constexpr(0x7ED1B41D)
+_INV_5 = tl.constexpr(0xCCCCCCCD)
+
+
+@triton.jit
+def _rotr32(x, r: tl.constexpr):
+    return (x >> r) | (x << (32 - r))
+
+
+@triton.jit
+def murmur3_preimage(row_key, h):
+    """The token t (uint32, shape of ``h``) with ``murmur3_finish(row_key, t) == h``: each step of the
+    hash undone in reverse order (xor-shifts by their inverse, products by the inverse multiplier, the
+    rotations by the opposite rotation). ``h`` uint32. A token id is t when t < V; most t are not."""
+    h = h ^ (h >> 16)
+    h = h * _INV_FMIX2
+    h = h ^ (h >> 13) ^ (h >> 26)
+    h = h * _INV_FMIX1
+    h = h ^ (h >> 16)
+    h = h ^ 16
+    k = _rotr32((h - 0xE6546B64) * _INV_5, 13) ^ row_key
+    k = _rotr32(k * _INV_C2, 15)
+    return k * _INV_C1
 
 
 @triton.jit

@@ -17,11 +17,14 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton / replay_kernels are imported
 
 import pytest  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from replay_harness.impls.reference import ReferenceSampler  # noqa: E402
 from replay_harness.oracle.near_tie import is_near_tie  # noqa: E402
 from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params  # noqa: E402
 from replay_harness.recording.step import ROUTE_CODE, Step  # noqa: E402
+from replay_kernels import rng  # noqa: E402
 from replay_kernels.params import apply_sampling_params as triton_params  # noqa: E402
 from replay_kernels.gumbel_max import GumbelMaxSampler  # noqa: E402
 from replay_kernels.serial_scan import SerialScanSampler  # noqa: E402
@@ -30,6 +33,7 @@ from replay_kernels.stochastic import StochasticSampler  # noqa: E402
 # Near-ties tolerated per comparison test (documented bound; 0 seen on CPU).
 MAX_NEAR_TIES = 2
 NEG_INF = float("-inf")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # for the few tests that also run on a GPU
 
 
 # ---------------------------------------------------------------------------
@@ -333,6 +337,69 @@ def test_stochastic_split_and_pruned_draws_match_reference(programs, block):
     got = StochasticSampler(stats_block=128, draw_block=block, programs=programs, filter_span=128,
                             stats_span=512).sample(step)
     compare(step, got, ReferenceSampler().sample(step))
+
+
+# A token whose hash is tiny (6): its noise, 20.31, is above the bound the draw's tiles use for every other
+# token, so the tile skips it and the program's list of small-hash tokens must score it (found by search with
+# ``murmur3_preimage``: seed 68974, position 77, token 1708 < V).
+LISTED = dict(seed=68974, pos=77, token=1708, vocab=8192)
+
+
+@pytest.mark.parametrize("impl", [GumbelMaxSampler(block=64, programs=1), GumbelMaxSampler(block=64, programs=16),
+                                  StochasticSampler(stats_block=64, draw_block=64, programs=1)],
+                         ids=["one-program", "split", "stochastic"])
+def test_draw_scores_the_listed_token_its_tile_skips(impl):
+    """Every other token sits at -30 but one (id 5, scored first) at 18.8 - noise: tile 1708's max (0) plus
+    the tiles' noise bound (13.9 with 4,096 hashes listed a row) is below 18.8, so the tile is skipped after
+    the load; token 1708 still wins with 0 + 20.31, listed by its hash. Without the list the draw emits 5."""
+    from replay_harness.oracle import rng as oracle_rng
+
+    seed, pos, tok, vocab = LISTED["seed"], LISTED["pos"], LISTED["token"], LISTED["vocab"]
+    assert int(oracle_rng.murmur3_hash32(seed, pos, tok)) == 6
+    logits = torch.full((1, vocab), -30.0)
+    logits[0, tok] = 0.0
+    logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
+    step = Step(logits=logits, cu_num_logits=torch.tensor([0, 1], dtype=torch.int32),
+                draft_token_ids=torch.tensor([-1], dtype=torch.int32), positions=torch.tensor([pos]),
+                temperature=torch.ones(1), top_k=torch.zeros(1, dtype=torch.int32), top_p=torch.ones(1),
+                min_p=torch.zeros(1), seed=torch.tensor([seed]), request_ids=torch.tensor([1]))
+    expected = ReferenceSampler().sample(step)
+    assert expected.tokens[0, 0].item() == tok
+    assert impl.sample(step.to(DEVICE)).tokens[0, 0].item() == tok
+
+
+@triton.jit
+def _noise_kernel(seed, pos, tok_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, rng.gumbel_noise(seed, pos, tl.load(tok_ptr + offs)))
+
+
+@pytest.mark.parametrize("programs", [1, 16])
+def test_draw_ties_between_a_listed_token_and_a_tile_token_go_to_the_smaller_id(programs):
+    """Token 1708 (listed, 0 + 20.31) ties in the kernels' own fp32 arithmetic with a token k > 1708 whose
+    logit is chosen for it; token 5 at 18.8 makes the draw skip tile 1708 (0 + 13.9 < 18.8) but score k's
+    tile. The listed tokens are merged after the tiles: on the equal score the smaller id, 1708, must win
+    (a strictly-greater merge keeps k)."""
+    from replay_harness.oracle import rng as oracle_rng
+
+    seed, pos, tok, vocab = LISTED["seed"], LISTED["pos"], LISTED["token"], LISTED["vocab"]
+    ids = torch.arange(tok, tok + 512, dtype=torch.int32, device=DEVICE)  # ids[0] = 1708 itself
+    noise = torch.empty(512, dtype=torch.float32, device=DEVICE)
+    _noise_kernel[(1,)](seed, pos, ids, noise, N=512)
+    noise, ids = noise.cpu(), ids.cpu()
+    best = noise[0]  # fp32(0 + g) == g
+    x = best - noise  # fp32 subtraction
+    tied = ((x + noise) == best) & (noise < 5.0) & (ids >= tok + 64)  # k in a later tile than 1708's
+    k = int(tied.nonzero()[0])
+    logits = torch.full((1, vocab), -30.0)
+    logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
+    logits[0, tok] = 0.0
+    logits[0, int(ids[k])] = float(x[k])
+    step = Step(logits=logits, cu_num_logits=torch.tensor([0, 1], dtype=torch.int32),
+                draft_token_ids=torch.tensor([-1], dtype=torch.int32), positions=torch.tensor([pos]),
+                temperature=torch.ones(1), top_k=torch.zeros(1, dtype=torch.int32), top_p=torch.ones(1),
+                min_p=torch.zeros(1), seed=torch.tensor([seed]), request_ids=torch.tensor([1]))
+    assert GumbelMaxSampler(block=64, programs=programs).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
 
 
 def test_draw_is_batch_composition_independent():

@@ -404,6 +404,36 @@ def test_triton_gumbel_close_with_native_log(ours_native, oracle):
     assert (diff <= bound).all(), f"max |diff| {diff.max().item():.3g}"
 
 
+@triton.jit
+def _preimage_kernel(seed_ptr, pos_ptr, h_ptr, tok_ptr, back_ptr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    out = row * BLOCK + tl.arange(0, BLOCK)
+    key = K.murmur3_row_key(tl.load(seed_ptr + row), tl.load(pos_ptr + row))
+    h = tl.load(h_ptr + out).to(tl.uint32, bitcast=True)
+    tok = K.murmur3_preimage(key, h)
+    tl.store(tok_ptr + out, tok.to(tl.int32, bitcast=True))
+    tl.store(back_ptr + out, K.murmur3_finish(key, tok).to(tl.int32, bitcast=True))
+
+
+@needs_triton
+def test_triton_preimage_inverts_the_hash(cases):
+    """``murmur3_preimage`` gives the token whose hash is h, for small hashes (the draw lists those tokens)
+    and random ones: the kernel's own hash maps it back, and so does the pure-Python murmur3 from the seed."""
+    seeds, pos, _ = cases
+    gen = torch.Generator().manual_seed(5)
+    n = seeds.numel()
+    hashes = torch.randint(-2**31, 2**31, (n, BLOCK), generator=gen, dtype=torch.int32)
+    hashes[:, :16] = torch.arange(16, dtype=torch.int32)  # the smallest hashes, whose noise is largest
+    hashes = hashes.to(DEVICE)
+    tok, back = torch.empty_like(hashes), torch.empty_like(hashes)
+    _preimage_kernel[(n,)](seeds, pos, hashes, tok, back, BLOCK=BLOCK)
+    assert torch.equal(back, hashes)
+    for i in range(0, n, max(1, n // 8)):
+        for j in (0, 1, 15, BLOCK - 1):
+            t, h = int(tok[i, j]) & M32, int(hashes[i, j]) & M32
+            assert py_murmur3(int(seeds[i]), int(pos[i]), t) == h, (i, j)
+
+
 @needs_triton
 def test_triton_edge_values():
     """tl.rand == 0.0 (accept clamps to its minimum) and u == 1.0 (1-u clamps)."""
