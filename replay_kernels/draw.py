@@ -12,19 +12,22 @@ logits ``row[r]``, output ``slot[r]``) and emits ``tokens[r, slot[r]]``:
 * ``MODE_NONE``: nothing to draw.
 
 Grid ``(R, SPLITS)``: program (r, s) scans the contiguous span
-``[s * span, (s + 1) * span)`` of row r in tiles of ``BLOCK`` and keeps its best
-(score, first index). Bytes: reads each drawn row at most once (4 or 2 B per element; the
-rejected draft row too for ``MODE_RESIDUAL`` with draft logits, only in tiles that pass the
-bound below); reads a 4 B published best per tile; writes 8 B per program and the token row.
-The last program of a row to arrive (an ``acq_rel`` counter per row, reset by that program)
-reduces the ``SPLITS`` partials (strictly greater, so the left-most span wins ties), writes
+``[s * span, (s + 1) * span)`` of row r in tiles of ``BLOCK`` (loading the next tile before
+working on the current one when it has several) and keeps its best (score, first index).
+Bytes: reads each drawn row at most once (4 or 2 B per element; the rejected draft row too
+for ``MODE_RESIDUAL`` with draft logits, only in tiles that pass the bound below); reads a
+4 B published best per tile and the row's few listed tokens (below); writes 8 B per program
+and the token row. The last program of a row to arrive (an ``acq_rel`` counter per row, reset
+by that program) reduces the ``SPLITS`` partials (largest score, then smallest index), writes
 the token, the count and the -1 padding: one launch, no reduce kernel, no fill.
 
 Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
 the threshold is the larger of the program's running best and the best score any program
 of the row has published (``row_best``, a ``filters.float_key`` per row, raised by relaxed
-atomics). A tile whose best processed value plus ``NOISE_MAX`` (the largest noise the
-contract can produce) is below it is skipped after the load; otherwise the hash of every
+atomics). The row's programs list the tokens of its ``HASHES x SPLITS`` smallest hashes
+(``rng.murmur3_preimage``) and score them after their tiles; every other token's noise is
+at most ``cut`` (the noise bound of that hash count). A tile whose best processed value
+plus ``cut`` is below the threshold is skipped after the load; otherwise the hash of every
 lane is computed, and only a tile where some ``x + gumbel_upper_bound(h)`` reaches it pays
 for the two logs of the exact noise (and, for a residual with draft logits, for the draft
 row and the residual: the bound uses ``log p``, which the residual never exceeds). The

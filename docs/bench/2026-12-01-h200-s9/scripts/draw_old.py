@@ -1,0 +1,340 @@
+"""ece9e68's replay_kernels/draw.py (the A/B baseline of the ninth session), with NOISE_MAX defined here (rng no longer has it).
+The one draw kernel: argmax or Gumbel-max over one row per request, pruned, in a single launch.
+
+Every token that ``gumbel-max`` and ``stochastic`` emit by drawing (plain samples,
+bonus tokens, placeholder rows, residual resamples, greedy bonus argmaxes) comes
+from :func:`_draw_kernel`. Per request r it reads its draw plan (``mode[r]``,
+logits ``row[r]``, output ``slot[r]``) and emits ``tokens[r, slot[r]]``:
+
+* ``MODE_GREEDY``: the argmax of the raw row (NaN read as -inf, first index on ties);
+* ``MODE_TARGET``: ``argmax(processed + gumbel_noise(seed, pos[row], v))``;
+* ``MODE_RESIDUAL``: the same over the residual after rejecting draft ``dtok[r]``
+  (one-hot: the draft removed; with draft logits ``log p + log1p(-q/p)`` where q < p);
+* ``MODE_NONE``: nothing to draw.
+
+Grid ``(R, SPLITS)``: program (r, s) scans the contiguous span
+``[s * span, (s + 1) * span)`` of row r in tiles of ``BLOCK`` and keeps its best
+(score, first index). Bytes: reads each drawn row at most once (4 or 2 B per element; the
+rejected draft row too for ``MODE_RESIDUAL`` with draft logits, only in tiles that pass the
+bound below); reads a 4 B published best per tile; writes 8 B per program and the token row.
+The last program of a row to arrive (an ``acq_rel`` counter per row, reset by that program)
+reduces the ``SPLITS`` partials (strictly greater, so the left-most span wins ties), writes
+the token, the count and the -1 padding: one launch, no reduce kernel, no fill.
+
+Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
+the threshold is the larger of the program's running best and the best score any program
+of the row has published (``row_best``, a ``filters.float_key`` per row, raised by relaxed
+atomics). A tile whose best processed value plus ``NOISE_MAX`` (the largest noise the
+contract can produce) is below it is skipped after the load; otherwise the hash of every
+lane is computed, and only a tile where some ``x + gumbel_upper_bound(h)`` reaches it pays
+for the two logs of the exact noise (and, for a residual with draft logits, for the draft
+row and the residual: the bound uses ``log p``, which the residual never exceeds). The
+threshold is reduced over the block, so every thread takes the same branches (docs/KERNELS.md
+"Pruning in the draw").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .filters import float_key, key_to_float
+from .params import load_processed
+from .rng import (gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_row_key,
+                  uniform_to_gumbel)
+
+# Draw modes (one per request), shared by the plain samplers and the stochastic walk.
+NOISE_MAX = tl.constexpr(23.0)  # ece9e68's rng.NOISE_MAX
+MODE_NONE = tl.constexpr(0)      # nothing to draw (refused request, or greedy verify that stopped on a mismatch)
+MODE_GREEDY = tl.constexpr(1)    # argmax of the raw row
+MODE_TARGET = tl.constexpr(2)    # Gumbel-max over the processed target row
+MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting ``dtok``
+
+DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 rows (about 8 per SM on an H200)
+NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best before any program has one
+REDUCE_CHUNK = 128       # partials reduced per step
+# (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
+# measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions).
+# Below 8 rows: 2048 x 8 warps, one tile a program (122 tiles cap the programs), nothing shared: every program
+# starts at once, so a published best comes too late to prune anything (sharing cost 8-10% at R = 1..4); capped at
+# 64 registers a thread (R = 1: 5.0 against 5.25 us uncapped). From 8 rows: 512-lane tiles in one-warp programs
+# (reductions without shared memory or barriers), sharing, uncapped (80 registers; caps of 48-72 measured 1-20%
+# slower): 1,024 programs a launch below 16 rows, 2,048 below 64 (3-13% faster than 1,024 at R = 32..48; 8,192
+# lost 9-20% at R = 8..16), 8,192 from 64 (6-26% faster than 1024 x 4 warps x 2048 at R = 64 and 256, plain and
+# verify, synthetic and real rows; 16,384 were 1-7% faster at R = 256, 5-6% slower at R = 64).
+DRAW_SHAPES = ((8, 2048, 8, DRAW_PROGRAMS, False, 64), (16, 512, 1, DRAW_PROGRAMS, True, None),
+               (64, 512, 1, 2 * DRAW_PROGRAMS, True, None), (1 << 31, 512, 1, 8192, True, None))
+
+
+def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,
+               programs: int | None = None, table=None) -> tuple[int, int, int, bool, int | None]:
+    """(tile, warps per program, programs per launch, share the row best, register cap or None) of a draw over
+    ``num_rows`` rows: each of the first three given, else the ``table``'s (default DRAW_SHAPES). None changes a
+    token (ties go to the first index in every split; sharing only prunes tokens that cannot win)."""
+    _, table_block, table_warps, table_programs, share, maxnreg = next(row for row in table or DRAW_SHAPES
+                                                                       if num_rows < row[0])
+    return block or table_block, warps or table_warps, programs or table_programs, share, maxnreg
+
+
+@triton.jit
+def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
+    """(max, index) over ``NB`` partial (max, index) pairs at ``base``: strictly greater wins,
+    so the first partial wins ties (partials are in index order). NaN-free inputs."""
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
+        a = tl.load(arg_ptr + base + offs, mask=offs < NB, other=0, cache_modifier=".cg")
+        cm, ci = tl.max(m, axis=0, return_indices=True)
+        ca = tl.sum(tl.where(tl.arange(0, CHUNK) == ci, a, 0), axis=0)
+        better = cm > best
+        best_idx = tl.where(better, ca, best_idx)
+        best = tl.where(better, cm, best)
+    return best, best_idx
+
+
+@triton.jit
+def block_max(max_ptr, base, NB, CHUNK: tl.constexpr):
+    """The largest of ``NB`` partial maxima at ``base``."""
+    best = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        best = tl.maximum(best, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
+                                                cache_modifier=".cg"), axis=0))
+    return best
+
+
+@triton.jit
+def last_to_arrive(arrivals_ptr, r, SPLITS):
+    """Call after this program stored its partials for row ``r``: True in the last of the row's ``SPLITS``
+    programs to arrive (an ``acq_rel`` counter per row), which may then read every partial. It resets the
+    counter for the next launch."""
+    tl.debug_barrier()
+    last = tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1
+    if last:
+        tl.store(arrivals_ptr + r, 0)
+        tl.debug_barrier()
+    return last
+
+
+@triton.jit
+def _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
+              HAS_DRAFT: tl.constexpr):
+    """Residual scores of lanes ``offs`` after rejecting draft ``dtok[r]`` (float32, -inf = impossible)."""
+    if HAS_DRAFT:
+        x = _residual_of_log_p(x - tl.load(lse_t_ptr + r), offs, valid, r, draft_ptr, d_stride, drow_ptr,
+                               lse_q_ptr, req_temp_ptr)
+    else:
+        x = tl.where(offs == tl.load(dtok_ptr + r), float("-inf"), x)
+    return x
+
+
+@triton.jit
+def _residual_of_log_p(log_p, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr, req_temp_ptr):
+    """``log p + log1p(-q / p)`` where q < p, else -inf: the residual with draft logits, from the target's
+    ``log_p = x - lse_t`` of lanes ``offs`` (reads the rejected draft's row). Never above ``log_p``."""
+    temp = tl.load(req_temp_ptr + r)
+    drow = tl.load(drow_ptr + r)
+    q = tl.load(draft_ptr + drow.to(tl.int64) * d_stride + offs, mask=valid, other=float("-inf")).to(tl.float32)
+    log_q = tl.math.div_rn(q, temp) - tl.load(lse_q_ptr + r)
+    ratio = tl.exp(log_q - log_p)
+    # log1p(-ratio), accurate for small ratio.
+    y = 1.0 - ratio
+    l1p = tl.where(y == 1.0, -ratio, tl.log(y) * (-ratio) / (y - 1.0))
+    return tl.where(ratio < 1.0, log_p + l1p, float("-inf"))
+
+
+@triton.jit
+def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
+                 mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
+                 temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
+                 part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
+                 tok_stride, part_top_ptr, top_ptr, list_ptr, list_len_ptr, V, W, span, SPLITS,
+                 HAS_DRAFT: tl.constexpr, TOP: tl.constexpr, SHARE: tl.constexpr, PRUNE: tl.constexpr,
+                 LIST: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """Grid (R, SPLITS): program (r, s) draws span s of request r. ``LIST`` (a later draw of sample-and-check):
+    grid (G, SPLITS), program (g, s) draws span s of requests ``list[g], list[g + G], ...`` (the
+    ``list_len[0]`` requests still open; the others' outputs are written)."""
+    if LIST:
+        for j in range(tl.program_id(0), tl.load(list_len_ptr), tl.num_programs(0)):
+            _draw_span(tl.load(list_ptr + j), tl.program_id(1), logits_ptr, l_stride, draft_ptr, d_stride,
+                       mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
+                       cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
+                       arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
+                       top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, CHUNK)
+    else:
+        _draw_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, draft_ptr, d_stride,
+                   mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
+                   cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
+                   arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
+                   top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, CHUNK)
+
+
+@triton.jit
+def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr,
+               lse_t_ptr, lse_q_ptr, temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
+               part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
+               tok_stride, part_top_ptr, top_ptr, V, W, span, SPLITS, HAS_DRAFT: tl.constexpr, TOP: tl.constexpr,
+               SHARE: tl.constexpr, PRUNE: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """Span ``s`` of request ``r``: its best (score, index), and the row's token if this program is the last
+    of the row to arrive."""
+    mode = tl.load(mode_ptr + r)
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    top = tl.full((), float("-inf"), tl.float32)  # TOP: the largest processed value the program saw
+    if mode != MODE_NONE:
+        row = tl.load(row_ptr + r)
+        row_base = logits_ptr + row.to(tl.int64) * l_stride
+        t = tl.load(temp_div_ptr + row)
+        cv = tl.load(cut_val_ptr + row)
+        ci = tl.load(cut_idx_ptr + row)
+        key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+        lo = s * span
+        hi = tl.minimum(lo + span, V)
+        for start in range(lo, hi, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            valid = offs < hi
+            if mode == MODE_GREEDY:
+                raw = tl.load(row_base + offs, mask=valid, other=float("-inf")).to(tl.float32)
+                m, a = tl.max(tl.where(raw != raw, float("-inf"), raw), axis=0, return_indices=True)
+                if m > best:
+                    best = m
+                    best_idx = start + a
+            else:
+                # The row's best score published so far, read before the tile so its latency hides behind
+                # the tile's load. Threads read it at their own times and may see different values: ``thr``
+                # takes the block's smallest read (a reduction over every thread's own read; never the read
+                # itself), so it is the same in every thread and every thread takes the same branches.
+                if SHARE:
+                    published = tl.load(row_best_ptr + r, volatile=True)
+                x = load_processed(row_base, offs, hi, t, cv, ci)
+                # The scores' upper bound ``ub`` (lanes' processed values): the residual with draft logits is
+                # at most log p, so it is computed only in tiles that pass (TOP needs the exact values).
+                if HAS_DRAFT and not TOP:
+                    late = mode == MODE_RESIDUAL
+                else:
+                    late = False
+                if late:
+                    x = x - tl.load(lse_t_ptr + r)  # log p; an infinite lse's NaN lanes are never pruned
+                    ub = tl.where(x == x, x, float("inf"))
+                else:
+                    if mode == MODE_RESIDUAL:
+                        x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
+                                      lse_q_ptr, req_temp_ptr, HAS_DRAFT)
+                    ub = x
+                if TOP or PRUNE:
+                    tile_max = tl.max(ub, axis=0)
+                if TOP:
+                    top = tl.maximum(top, tile_max)
+                # Without PRUNE (one tile a program, nothing shared: the threshold is always -inf) every tile
+                # is scored without the two bounding reductions.
+                go = True
+                if PRUNE:
+                    if SHARE:
+                        thr = tl.maximum(best, key_to_float(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
+                    else:
+                        thr = best
+                    go = tile_max + NOISE_MAX >= thr
+                if go:
+                    h = murmur3_finish(key, offs)
+                    if PRUNE:
+                        go = tl.max(ub + gumbel_upper_bound(h), axis=0) >= thr
+                    if go:
+                        if late:
+                            x = _residual_of_log_p(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr,
+                                                   req_temp_ptr)
+                        score = x + uniform_to_gumbel(hash_to_uniform(h))
+                        score = tl.where(valid & (score == score), score, float("-inf"))
+                        m, a = tl.max(score, axis=0, return_indices=True)
+                        if m > best:
+                            best = m
+                            best_idx = start + a
+                            if SHARE:
+                                tl.atomic_max(row_best_ptr + r, float_key(best), sem="relaxed")  # publish
+    tl.store(part_max_ptr + r * SPLITS + s, best)
+    tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
+    if TOP:
+        tl.store(part_top_ptr + r * SPLITS + s, top)
+    if last_to_arrive(arrivals_ptr, r, SPLITS):
+        if SHARE:
+            tl.store(row_best_ptr + r, NO_BEST)  # for the next launch
+        count = tl.load(count_src_ptr + r)
+        if mode != MODE_NONE:
+            _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
+            tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
+            if TOP:  # the row's largest processed value (sample-and-check sums exp(x - top))
+                tl.store(top_ptr + r, block_max(part_top_ptr, r * SPLITS, SPLITS, CHUNK))
+        for j in range(count, W):
+            tl.store(tokens_ptr + r * tok_stride + j, -1)
+        tl.store(counts_ptr + r, count)
+
+
+def splits_for(num_rows: int, vocab: int, block: int, programs: int = DRAW_PROGRAMS) -> tuple[int, int]:
+    """(SPLITS, span): programs per row so the launch has about ``programs`` programs, and the
+    elements each scans (a multiple of ``block``, so every program but the last is full tiles)."""
+    tiles = max(1, triton.cdiv(vocab, block))
+    splits = max(1, min(tiles, triton.cdiv(programs, max(num_rows, 1))))
+    span = triton.cdiv(tiles, splits) * block
+    return triton.cdiv(vocab, span) if vocab else 1, span
+
+
+@dataclass
+class DrawScratch:
+    """Per-launch scratch of :func:`_draw_kernel` for R rows: partials [R, splits] float32 / int32 and
+    the per-row arrival counters [R] int32 (zero between launches: the last program resets them) and
+    published bests ``row_best`` [R] int32 (``float_key``; NO_BEST between launches, reset likewise).
+    ``track_top``: the launch also writes each row's largest processed value to ``top`` [R] float32
+    (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top)).
+    ``block`` / ``warps`` / ``share`` / ``maxnreg``: the launch's tile, warps per program, whether its programs
+    share the row best, and its register cap a thread (:func:`draw_shape`); ``prune``: whether tiles are bounded
+    before they are scored (not when every program has one tile and shares nothing: its threshold is -inf at its
+    only tile). ``row_slots``: the grid's first dimension G when the launch draws a list of requests (``LIST``;
+    the later draws of sample-and-check)."""
+
+    part_max: torch.Tensor
+    part_arg: torch.Tensor
+    arrivals: torch.Tensor
+    row_best: torch.Tensor
+    splits: int
+    span: int
+    part_top: torch.Tensor
+    top: torch.Tensor
+    block: int
+    warps: int
+    track_top: bool = False
+    share: bool = True
+    row_slots: int = 0
+    maxnreg: int | None = None
+
+    @property
+    def prune(self) -> bool:
+        return self.share or self.span > self.block
+
+    def launch_over(self, num_rows: int, rows: tuple | None) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
+        """(grid, list, list length) of a draw over all ``num_rows`` requests (``rows`` None: grid (R, SPLITS),
+        the list arguments unused placeholders) or over the list ``rows`` = (open_rows, open_len): grid
+        (row_slots, SPLITS)."""
+        if rows is None:
+            return (num_rows, self.splits), self.arrivals, self.arrivals
+        return (self.row_slots, self.splits), rows[0], rows[1]
+
+    @classmethod
+    def allocate(cls, num_rows: int, vocab: int, block: int | None, device, programs: int | None = None,
+                 split_as_rows: int | None = None, track_top: bool = False,
+                 warps: int | None = None, table=None) -> "DrawScratch":
+        """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``);
+        ``block`` / ``warps`` / ``programs`` None: from the ``table`` (default DRAW_SHAPES) by ``num_rows``."""
+        block, warps, programs, share, maxnreg = draw_shape(num_rows, block, warps, programs, table)
+        splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
+        rows = max(num_rows, 1)
+        f32 = dict(dtype=torch.float32, device=device)
+        return cls(part_max=torch.empty((rows, splits), **f32),
+                   part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
+                   part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
+                   top=torch.empty(rows if track_top else 1, **f32), track_top=track_top, block=block, warps=warps,
+                   share=share, maxnreg=maxnreg,
+                   arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span,
+                   row_best=torch.full((rows,), NO_BEST.value, dtype=torch.int32, device=device))
