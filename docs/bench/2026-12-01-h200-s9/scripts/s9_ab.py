@@ -1,4 +1,4 @@
-"""ARCHIVED as it ran in the first call, against 94a147f's first draft (the draw before HASHES / PREFETCH were launch
+"""ARCHIVED from the first call (the baseline now comes from git, see load_old_draw), against 94a147f's first draft (the draw before HASHES / PREFETCH were launch
 parameters); the committed kernel takes them, so the "old" swap no longer runs. SCRATCH (ninth session): A/B of the draw with listed small-hash tokens (new) against ece9e68's draw (old),
 CUDA graphs, interleaved rounds, tokens compared. SYNTHETIC bench Inputs and Qwen2.5 / SmolLM2-derived rows."""
 import importlib.util
@@ -17,12 +17,9 @@ from replay_harness.recording.store import Recording
 from replay_kernels.gumbel_max import GumbelMaxSampler
 from replay_kernels.stochastic import StochasticSampler
 
-spec = importlib.util.spec_from_file_location("replay_kernels._draw_old", "docs/bench/2026-12-01-h200-s9/scripts/draw_old.py",
-                                              submodule_search_locations=None)
-old = importlib.util.module_from_spec(spec)
-old.__package__ = "replay_kernels"
-sys.modules["replay_kernels._draw_old"] = old
-spec.loader.exec_module(old)
+from old_draw import load_old_draw  # noqa: E402  (this folder is on sys.path)
+
+old = load_old_draw()
 NEW = gm._draw_kernel
 KERNELS = {"old": old._draw_kernel, "new": NEW}
 

@@ -32,11 +32,9 @@ def capped(cap):
     return tuple(row[:5] + (cap if row[2] == 1 else row[5],) for row in BASE_SHAPES)
 
 
-spec = importlib.util.spec_from_file_location("replay_kernels._draw_old", "docs/bench/2026-12-01-h200-s9/scripts/draw_old.py")
-old = importlib.util.module_from_spec(spec)
-old.__package__ = "replay_kernels"
-sys.modules["replay_kernels._draw_old"] = old
-spec.loader.exec_module(old)
+from old_draw import load_old_draw  # noqa: E402  (this folder is on sys.path)
+
+old = load_old_draw()
 NEW_KERNEL = draw._draw_kernel
 
 
