@@ -1,4 +1,4 @@
-"""SCRATCH (ninth session, calls 2-3): listed-hash draw, its row hash count, the R >= 64 draw shape, the
+"""SCRATCH (ninth session; its VARIANTS were edited between calls: this is the last form, s9_sweep5.txt; calls 2-4: listed-hash draw, its row hash count, the R >= 64 draw shape, the
 next-tile prefetch and register caps of the one-warp draws, CUDA graphs,
 3 rounds interleaved, tokens compared with the committed default. SYNTHETIC bench Inputs and Qwen2.5 /
 SmolLM2-derived rows (V = 248,320)."""
@@ -45,11 +45,12 @@ class OldKernel:  # ece9e68's draw: no listed hashes, no prefetch
         return launch
 
 
-VARIANTS = {  # (table, ROW_HASHES, tiles loaded ahead: None = the committed rule)
+VARIANTS = {  # (table, ROW_HASHES, tiles loaded ahead: None = the committed rule); programs a launch from 64 rows
     "default": (BASE_SHAPES, 4096, None),
-    "depth1": (BASE_SHAPES, 4096, 1),
-    "depth2": (BASE_SHAPES, 4096, 2),
-    "depth2 cap96": (capped(96), 4096, 2),
+    "2560": (shapes(512, 1, 2560), 4096, None),
+    "5120": (shapes(512, 1, 5120), 4096, None),
+    "7424": (shapes(512, 1, 7424), 4096, None),
+    "16384": (shapes(512, 1, 16384), 4096, None),
 }
 COMMITTED_PREFETCH = draw.DrawScratch.prefetch
 
