@@ -1,5 +1,5 @@
-"""SCRATCH (ninth session): the working tree's draw against HEAD's (63e7af8; first run: a passing tile scored in two
-halves reloaded from L1, s9_halves.txt; second: the published best read one tile ahead, s9_lagged.txt), CUDA graphs, 3 rounds interleaved, tokens compared."""
+"""SCRATCH (ninth session): the working tree's draw against HEAD's (63e7af8; runs: scripts/halves.patch -> s9_halves.txt,
+scripts/lagged.patch -> s9_lagged.txt, scripts/quick.patch -> s9_quick.txt), CUDA graphs, 3 rounds interleaved, tokens compared."""
 import importlib.util
 import statistics
 import sys
