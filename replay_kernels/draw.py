@@ -56,7 +56,8 @@ MODE_RESIDUAL = tl.constexpr(3)  # Gumbel-max over the residual after rejecting 
 DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 rows (about 8 per SM on an H200)
 NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best before any program has one
 REDUCE_CHUNK = 128       # partials reduced per step
-ROW_HASHES = 4096        # a row's smallest hashes whose tokens its programs list (at least; see listed_hashes)
+MAX_LISTED = 256         # hashes a program lists at most (8 a lane in one warp)
+ROW_HASHES = 4096        # the row's smallest hashes whose tokens its programs list, aimed at (see listed_hashes)
 # (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
 # measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions).
 # Below 8 rows: 2048 x 8 warps, one tile a program (122 tiles cap the programs), nothing shared: every program
@@ -71,10 +72,11 @@ DRAW_SHAPES = ((8, 2048, 8, DRAW_PROGRAMS, False, 64), (16, 512, 1, DRAW_PROGRAM
 
 
 def listed_hashes(splits: int) -> int:
-    """Hashes each of a row's ``splits`` programs lists (program s: ``[s * n, (s + 1) * n)``): a power of two,
-    at least 32 (one a lane), so the row lists at least ROW_HASHES. The tiles' noise bound is then that of hash
-    ``n * splits``: 13.9 for 4,096 (22.9 with nothing listed)."""
-    return max(32, triton.next_power_of_2(triton.cdiv(ROW_HASHES, max(splits, 1))))
+    """Hashes each of a row's ``splits`` programs lists (program s: ``[s * n, (s + 1) * n)``): a power of two
+    from 32 (one a lane) to MAX_LISTED, so the row lists ROW_HASHES when it has 16 to 128 programs, more with
+    more, fewer with fewer. The tiles' noise bound is then that of hash ``n * splits``: 13.9 for 4,096, 16.6 for
+    256 (22.9 with nothing listed)."""
+    return max(32, min(MAX_LISTED, triton.next_power_of_2(triton.cdiv(ROW_HASHES, max(splits, 1)))))
 
 
 def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None,

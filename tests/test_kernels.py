@@ -339,19 +339,40 @@ def test_stochastic_split_and_pruned_draws_match_reference(programs, block):
     compare(step, got, ReferenceSampler().sample(step))
 
 
+@triton.jit
+def _noise_kernel(seed, pos, tok_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, rng.gumbel_noise(seed, pos, tl.load(tok_ptr + offs)))
+
+
+def _kernel_noise(seed: int, pos: int, ids: torch.Tensor) -> torch.Tensor:
+    """The kernels' own fp32 noise of tokens ``ids`` (int32 on DEVICE, a power-of-two count), on the CPU."""
+    noise = torch.empty(ids.numel(), dtype=torch.float32, device=DEVICE)
+    _noise_kernel[(1,)](seed, pos, ids, noise, N=ids.numel())
+    return noise.cpu()
+
+
+def _one_request(logits: torch.Tensor, seed: int, pos: int) -> Step:
+    """A plain step of one temperature-1 request without filters (CPU)."""
+    return Step(logits=logits, cu_num_logits=torch.tensor([0, 1], dtype=torch.int32),
+                draft_token_ids=torch.tensor([-1], dtype=torch.int32), positions=torch.tensor([pos]),
+                temperature=torch.ones(1), top_k=torch.zeros(1, dtype=torch.int32), top_p=torch.ones(1),
+                min_p=torch.zeros(1), seed=torch.tensor([seed]), request_ids=torch.tensor([1]))
+
+
 # A token whose hash is tiny (6): its noise, 20.31, is above the bound the draw's tiles use for every other
 # token, so the tile skips it and the program's list of small-hash tokens must score it (found by search with
 # ``murmur3_preimage``: seed 68974, position 77, token 1708 < V).
 LISTED = dict(seed=68974, pos=77, token=1708, vocab=8192)
 
 
-@pytest.mark.parametrize("impl", [GumbelMaxSampler(block=64, programs=1), GumbelMaxSampler(block=64, programs=16),
+@pytest.mark.parametrize("impl", [GumbelMaxSampler(block=64, programs=1),
                                   StochasticSampler(stats_block=64, draw_block=64, programs=1)],
-                         ids=["one-program", "split", "stochastic"])
+                         ids=["plain", "stochastic"])
 def test_draw_scores_the_listed_token_its_tile_skips(impl):
     """Every other token sits at -30 but one (id 5, scored first) at 18.8 - noise: tile 1708's max (0) plus
-    the tiles' noise bound (13.9 with 4,096 hashes listed a row) is below 18.8, so the tile is skipped after
-    the load; token 1708 still wins with 0 + 20.31, listed by its hash. Without the list the draw emits 5."""
+    the tiles' noise bound (16.6: one program a row lists 256 hashes) is below 18.8, so the tile is skipped
+    after the load; token 1708 still wins with 0 + 20.31, listed by its hash. Without the list the draw emits 5."""
     from replay_harness.oracle import rng as oracle_rng
 
     seed, pos, tok, vocab = LISTED["seed"], LISTED["pos"], LISTED["token"], LISTED["vocab"]
@@ -359,34 +380,22 @@ def test_draw_scores_the_listed_token_its_tile_skips(impl):
     logits = torch.full((1, vocab), -30.0)
     logits[0, tok] = 0.0
     logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
-    step = Step(logits=logits, cu_num_logits=torch.tensor([0, 1], dtype=torch.int32),
-                draft_token_ids=torch.tensor([-1], dtype=torch.int32), positions=torch.tensor([pos]),
-                temperature=torch.ones(1), top_k=torch.zeros(1, dtype=torch.int32), top_p=torch.ones(1),
-                min_p=torch.zeros(1), seed=torch.tensor([seed]), request_ids=torch.tensor([1]))
+    step = _one_request(logits, seed, pos)
     expected = ReferenceSampler().sample(step)
     assert expected.tokens[0, 0].item() == tok
     assert impl.sample(step.to(DEVICE)).tokens[0, 0].item() == tok
 
 
-@triton.jit
-def _noise_kernel(seed, pos, tok_ptr, out_ptr, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    tl.store(out_ptr + offs, rng.gumbel_noise(seed, pos, tl.load(tok_ptr + offs)))
-
-
-@pytest.mark.parametrize("programs", [1, 16])
-def test_draw_ties_between_a_listed_token_and_a_tile_token_go_to_the_smaller_id(programs):
+def test_draw_ties_between_a_listed_token_and_a_tile_token_go_to_the_smaller_id():
     """Token 1708 (listed, 0 + 20.31) ties in the kernels' own fp32 arithmetic with a token k > 1708 whose
-    logit is chosen for it; token 5 at 18.8 makes the draw skip tile 1708 (0 + 13.9 < 18.8) but score k's
+    logit is chosen for it; token 5 at 18.8 makes the draw skip tile 1708 (0 + 16.6 < 18.8) but score k's
     tile. The listed tokens are merged after the tiles: on the equal score the smaller id, 1708, must win
     (a strictly-greater merge keeps k)."""
     from replay_harness.oracle import rng as oracle_rng
 
     seed, pos, tok, vocab = LISTED["seed"], LISTED["pos"], LISTED["token"], LISTED["vocab"]
     ids = torch.arange(tok, tok + 512, dtype=torch.int32, device=DEVICE)  # ids[0] = 1708 itself
-    noise = torch.empty(512, dtype=torch.float32, device=DEVICE)
-    _noise_kernel[(1,)](seed, pos, ids, noise, N=512)
-    noise, ids = noise.cpu(), ids.cpu()
+    noise, ids = _kernel_noise(seed, pos, ids), ids.cpu()
     best = noise[0]  # fp32(0 + g) == g
     x = best - noise  # fp32 subtraction
     tied = ((x + noise) == best) & (noise < 5.0) & (ids >= tok + 64)  # k in a later tile than 1708's
@@ -395,11 +404,80 @@ def test_draw_ties_between_a_listed_token_and_a_tile_token_go_to_the_smaller_id(
     logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
     logits[0, tok] = 0.0
     logits[0, int(ids[k])] = float(x[k])
-    step = Step(logits=logits, cu_num_logits=torch.tensor([0, 1], dtype=torch.int32),
-                draft_token_ids=torch.tensor([-1], dtype=torch.int32), positions=torch.tensor([pos]),
-                temperature=torch.ones(1), top_k=torch.zeros(1, dtype=torch.int32), top_p=torch.ones(1),
-                min_p=torch.zeros(1), seed=torch.tensor([seed]), request_ids=torch.tensor([1]))
-    assert GumbelMaxSampler(block=64, programs=programs).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
+    step = _one_request(logits, seed, pos)
+    assert GumbelMaxSampler(block=64, programs=1).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
+
+
+def test_draw_ties_across_programs_go_to_the_smaller_id():
+    """Token 331 (hash 528: listed by program 2 of 16) ties in fp32 with a token k > 331 that program 0 finds
+    in its tiles, while its own tile is skipped (3.5 + 13.9 < 18.8). The last program's reduce must take the
+    smallest id among equal partials, not the first partial (which holds k)."""
+    from replay_harness.oracle import rng as oracle_rng
+
+    seed, pos, tok, vocab = 12992, 77, 331, 8192
+    assert int(oracle_rng.murmur3_hash32(seed, pos, tok)) == 528
+    ids = torch.cat([torch.tensor([tok]), torch.arange(384, 512)]).to(torch.int32).to(DEVICE)  # k after 331's tile
+    noise = torch.cat([_kernel_noise(seed, pos, ids[:1]), _kernel_noise(seed, pos, ids[1:])])
+    best = torch.tensor(3.5, dtype=torch.float32) + noise[0]
+    x = best - noise
+    tied = ((x + noise) == best) & (noise < 4.0)
+    tied[0] = False
+    k = int(tied.nonzero()[0])
+    logits = torch.full((1, vocab), -30.0)
+    logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
+    logits[0, tok] = 3.5
+    logits[0, int(ids[k])] = float(x[k])
+    step = _one_request(logits, seed, pos)
+    assert ReferenceSampler().sample(step).tokens[0, 0].item() == tok
+    assert GumbelMaxSampler(block=64, programs=16).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
+
+
+def boost_listed(step: Step, row_hashes: int, seed: int) -> tuple[Step, int]:
+    """The step with each row's tokens of hash below ``row_hashes`` given a logit that makes their noised score
+    win or lose by 0.01 against the row's best other score (SYNTHETIC); returns it and the number of them."""
+    from replay_harness.oracle import rng as oracle_rng
+
+    g = torch.Generator().manual_seed(seed)
+    logits = step.logits.float().clone()
+    cu = step.cu_num_logits.tolist()
+    ids = torch.arange(logits.shape[1])
+    count = 0
+    for r in range(step.num_requests):
+        t = float(step.temperature[r]) or 1.0
+        for j in range(cu[r], cu[r + 1]):
+            seed_r, pos = int(step.seed[r]), int(step.positions[j])
+            listed = (oracle_rng.murmur3_hash32(seed_r, pos, ids) < row_hashes).nonzero().flatten()
+            if listed.numel() == 0:
+                continue
+            count += listed.numel()
+            noise = oracle_rng.gumbel_noise(seed_r, pos, ids)
+            score = torch.where(torch.isfinite(logits[j]), logits[j] / t + noise, float("-inf"))
+            score[listed] = float("-inf")
+            for tok in listed.tolist():
+                margin = 0.01 if float(torch.rand(1, generator=g)) < 0.5 else -0.01
+                logits[j, tok] = t * (float(score.max()) - float(noise[tok]) + margin)
+    step.logits = logits.to(step.logits.dtype)
+    return step, count
+
+
+@pytest.mark.parametrize("kind", ["plain", "stochastic"])
+def test_listed_tokens_score_like_their_tiles(monkeypatch, kind):
+    """With about one listed token a row (ROW_HASHES raised) given logits that make it win or lose by 0.01,
+    under temperatures, top-k / top-p / min-p bounds and residual rows with draft logits, the draw's tokens
+    equal ``reference``: a listed token's score is the one its tile would compute."""
+    import replay_kernels.draw as draw
+
+    monkeypatch.setattr(draw, "ROW_HASHES", 1 << 20)
+    monkeypatch.setattr(draw, "MAX_LISTED", 1 << 16)
+    if kind == "plain":
+        step = synthetic_step(87, 4096, 8, 0, ks=[0] * 8, greedy_frac=0.0)
+        impl = GumbelMaxSampler(block=64, programs=64)
+    else:
+        step = synthetic_step(88, 4096, 8, 3, draft_logits=True, greedy_frac=0.0)
+        impl = StochasticSampler(stats_block=64, draw_block=64, programs=64, stats_span=256)
+    step, listed = boost_listed(step, 1 << 20, seed=89)
+    assert listed >= step.num_requests // 2
+    compare(step, impl.sample(step.to(DEVICE)), ReferenceSampler().sample(step), max_near_ties=0)
 
 
 def test_draw_is_batch_composition_independent():
