@@ -460,6 +460,8 @@ def boost_listed(step: Step, row_hashes: int, seed: int) -> tuple[Step, int]:
     return step, count
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="16,384 hashes a program: a 16K-lane one-warp block the GPU compiler "
+                    "takes minutes over (timed out on the H200); the interpreter runs it in seconds")
 @pytest.mark.parametrize("kind", ["plain", "stochastic"])
 def test_listed_tokens_score_like_their_tiles(monkeypatch, kind):
     """With about one listed token a row (ROW_HASHES raised) given logits that make it win or lose by 0.01,
