@@ -360,6 +360,24 @@ def _one_request(logits: torch.Tensor, seed: int, pos: int) -> Step:
                 min_p=torch.zeros(1), seed=torch.tensor([seed]), request_ids=torch.tensor([1]))
 
 
+def _tie_step(seed: int, pos: int, tok: int, x_tok: float, candidates: torch.Tensor) -> tuple[Step, int]:
+    """One request (V = 8,192, the rest at -30): token 5 at 18.8 - its noise, ``tok`` at ``x_tok``, and the first
+    of ``candidates`` (a power-of-two count) whose logit makes its fp32 score equal tok's in the kernels' own
+    noise (and whose noise is below 4). Returns the step and that token."""
+    from replay_harness.oracle import rng as oracle_rng
+
+    best = torch.tensor(x_tok, dtype=torch.float32) + _kernel_noise(seed, pos, torch.tensor([tok], dtype=torch.int32,
+                                                                                        device=DEVICE))[0]
+    noise = _kernel_noise(seed, pos, candidates.to(torch.int32).to(DEVICE))
+    x = best - noise  # fp32 subtraction
+    i = int((((x + noise) == best) & (noise < 4.0)).nonzero()[0])
+    logits = torch.full((1, 8192), -30.0)
+    logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
+    logits[0, tok] = x_tok
+    logits[0, int(candidates[i])] = float(x[i])
+    return _one_request(logits, seed, pos), int(candidates[i])
+
+
 # A token whose hash is tiny (6): its noise, 20.31, is above the bound the draw's tiles use for every other
 # token, so the tile skips it and the program's list of small-hash tokens must score it (found by search with
 # ``murmur3_preimage``: seed 68974, position 77, token 1708 < V).
@@ -391,20 +409,8 @@ def test_draw_ties_between_a_listed_token_and_a_tile_token_go_to_the_smaller_id(
     logit is chosen for it; token 5 at 18.8 makes the draw skip tile 1708 (0 + 16.6 < 18.8) but score k's
     tile. The listed tokens are merged after the tiles: on the equal score the smaller id, 1708, must win
     (a strictly-greater merge keeps k)."""
-    from replay_harness.oracle import rng as oracle_rng
-
-    seed, pos, tok, vocab = LISTED["seed"], LISTED["pos"], LISTED["token"], LISTED["vocab"]
-    ids = torch.arange(tok, tok + 512, dtype=torch.int32, device=DEVICE)  # ids[0] = 1708 itself
-    noise, ids = _kernel_noise(seed, pos, ids), ids.cpu()
-    best = noise[0]  # fp32(0 + g) == g
-    x = best - noise  # fp32 subtraction
-    tied = ((x + noise) == best) & (noise < 5.0) & (ids >= tok + 64)  # k in a later tile than 1708's
-    k = int(tied.nonzero()[0])
-    logits = torch.full((1, vocab), -30.0)
-    logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
-    logits[0, tok] = 0.0
-    logits[0, int(ids[k])] = float(x[k])
-    step = _one_request(logits, seed, pos)
+    tok = LISTED["token"]
+    step, _ = _tie_step(LISTED["seed"], LISTED["pos"], tok, 0.0, torch.arange(tok + 64, tok + 64 + 512))
     assert GumbelMaxSampler(block=64, programs=1).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
 
 
@@ -414,20 +420,9 @@ def test_draw_ties_across_programs_go_to_the_smaller_id():
     smallest id among equal partials, not the first partial (which holds k)."""
     from replay_harness.oracle import rng as oracle_rng
 
-    seed, pos, tok, vocab = 12992, 77, 331, 8192
+    seed, pos, tok = 12992, 77, 331
     assert int(oracle_rng.murmur3_hash32(seed, pos, tok)) == 528
-    ids = torch.cat([torch.tensor([tok]), torch.arange(384, 512)]).to(torch.int32).to(DEVICE)  # k after 331's tile
-    noise = torch.cat([_kernel_noise(seed, pos, ids[:1]), _kernel_noise(seed, pos, ids[1:])])
-    best = torch.tensor(3.5, dtype=torch.float32) + noise[0]
-    x = best - noise
-    tied = ((x + noise) == best) & (noise < 4.0)
-    tied[0] = False
-    k = int(tied.nonzero()[0])
-    logits = torch.full((1, vocab), -30.0)
-    logits[0, 5] = 18.8 - float(oracle_rng.gumbel_noise(seed, pos, 5))
-    logits[0, tok] = 3.5
-    logits[0, int(ids[k])] = float(x[k])
-    step = _one_request(logits, seed, pos)
+    step, _ = _tie_step(seed, pos, tok, 3.5, torch.arange(384, 512))  # k after 331's tile [320, 384)
     assert ReferenceSampler().sample(step).tokens[0, 0].item() == tok
     assert GumbelMaxSampler(block=64, programs=16).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
 
