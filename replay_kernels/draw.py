@@ -247,6 +247,10 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
             offs = start + tl.arange(0, BLOCK)
             valid = offs < hi
             if SHARE:
+                # The row's best score published so far, read before the next tile's load so its latency hides
+                # behind the load's. Threads read it at their own times and may see different values: ``thr``
+                # takes the block's smallest read (a reduction over every thread's own read; never the read
+                # itself), so it is the same in every thread and every thread takes the same branches.
                 published = tl.load(row_best_ptr + r, volatile=True)
             if PREFETCH:
                 raw = ahead
@@ -260,11 +264,6 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                     best = m
                     best_idx = start + a
             else:
-                # ``published``: the row's best score published so far, read before the tile's load so its
-                # latency hides behind the load's. Threads read it at their own times and may see different
-                # values: ``thr`` takes the block's smallest read (a reduction over every thread's own read;
-                # never the read itself), so it is the same in every thread and every thread takes the same
-                # branches.
                 x = process_loaded(raw, offs, t, cv, ci)
                 # The scores' upper bound ``ub`` (lanes' processed values): the residual with draft logits is
                 # at most log p, so it is computed only in tiles that pass (TOP needs the exact values).
@@ -355,7 +354,7 @@ class DrawScratch:
     share the row best, and its register cap a thread (:func:`draw_shape`); ``prune``: whether tiles are bounded
     before they are scored (not when every program has one tile and shares nothing: its threshold is -inf at its
     only tile). ``row_slots``: the grid's first dimension G when the launch draws a list of requests (``LIST``;
-    the later draws of sample-and-check). ``hashes``: the small hashes each program lists (:func:`listed_hashes`)."""
+    the later draws of sample-and-check)."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor
@@ -371,11 +370,15 @@ class DrawScratch:
     share: bool = True
     row_slots: int = 0
     maxnreg: int | None = None
-    hashes: int = 32
 
     @property
     def prune(self) -> bool:
         return self.share or self.span > self.block
+
+    @property
+    def hashes(self) -> int:
+        """The small hashes each program lists (:func:`listed_hashes` of the launch's splits)."""
+        return listed_hashes(self.splits)
 
     @property
     def prefetch(self) -> bool:
@@ -404,6 +407,6 @@ class DrawScratch:
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
                    part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
                    top=torch.empty(rows if track_top else 1, **f32), track_top=track_top, block=block, warps=warps,
-                   share=share, maxnreg=maxnreg, hashes=listed_hashes(splits),
+                   share=share, maxnreg=maxnreg,
                    arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span,
                    row_best=torch.full((rows,), NO_BEST.value, dtype=torch.int32, device=device))
