@@ -12,27 +12,29 @@ logits ``row[r]``, output ``slot[r]``) and emits ``tokens[r, slot[r]]``:
 * ``MODE_NONE``: nothing to draw.
 
 Grid ``(R, SPLITS)``: program (r, s) scans the contiguous span
-``[s * span, (s + 1) * span)`` of row r in tiles of ``BLOCK`` (loading the next tile before
-working on the current one when it has several) and keeps its best (score, first index).
-Bytes: reads each drawn row at most once (4 or 2 B per element; the rejected draft row too
-for ``MODE_RESIDUAL`` with draft logits, only in tiles that pass the bound below); reads a
-4 B published best per tile and the row's few listed tokens (below); writes 8 B per program
-and the token row. The last program of a row to arrive (an ``acq_rel`` counter per row, reset
-by that program) reduces the ``SPLITS`` partials (largest score, then smallest index), writes
-the token, the count and the -1 padding: one launch, no reduce kernel, no fill.
+``[s * span, (s + 1) * span)`` of row r, ``TILES`` tiles of ``BLOCK`` lanes in one load
+(``LOAD_TILES`` = 2: more bytes in flight, the largest value of each tile taken from the raw values),
+scores each tile that may hold the winner (largest bound first, read a second time: from L1 or L2) and
+keeps its best (score, then smallest index).
+Bytes: reads each drawn row once from DRAM (4 or 2 B per element; tiles that pass the bound below
+again, mostly from cache; the rejected draft row too for ``MODE_RESIDUAL`` with draft logits, only in
+tiles that pass); reads a 4 B published best per load and the row's few listed tokens (below); writes
+8 B per program and the token row. The last program of a row to arrive (an ``acq_rel`` counter per
+row, reset by that program) reduces the ``SPLITS`` partials (largest score, then smallest index),
+writes the token, the count and the -1 padding: one launch, no reduce kernel, no fill.
 
 Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
 the threshold is the larger of the program's running best and the best score any program
 of the row has published (``row_best``, a ``filters.float_key`` per row, raised by relaxed
 atomics). The row's programs list the tokens of its ``HASHES x SPLITS`` smallest hashes
 (``rng.murmur3_preimage``) and score them after their tiles; every other token's noise is
-at most ``cut`` (the noise bound of that hash count). A tile whose best processed value
-plus ``cut`` is below the threshold is skipped after the load; otherwise the hash of every
-lane is computed, and only a tile where some ``x + gumbel_upper_bound(h)`` reaches it pays
-for the two logs of the exact noise (and, for a residual with draft logits, for the draft
-row and the residual: the bound uses ``log p``, which the residual never exceeds). The
-threshold is reduced over the block, so every thread takes the same branches (docs/KERNELS.md
-"Pruning in the draw").
+at most ``cut`` (the noise bound of that hash count). A tile whose bound (its largest raw value over
+the temperature, an upper bound of its processed values) plus ``cut`` is below the threshold is skipped
+after the load; otherwise it is read again, the hash of every lane is computed, and only a tile where
+some ``x + gumbel_upper_bound(h)`` reaches the threshold pays for the two logs of the exact noise (and,
+for a residual with draft logits, for the draft row and the residual: the bound uses ``log p``, which
+the residual never exceeds). The threshold is reduced over the block, so every thread takes the same
+branches (docs/KERNELS.md "Pruning in the draw").
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ DRAW_PROGRAMS = 1024     # programs per launch the splitting aims at, below 16 r
 NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best before any program has one
 REDUCE_CHUNK = 128       # partials reduced per step
 MAX_LISTED = 256         # hashes a program lists at most (8 a lane in one warp)
+LOAD_TILES = 2           # tiles a pruning program reads at once (2 and 4 measured; 1,024-lane tiles were slower)
 ROW_HASHES = 4096        # the row's smallest hashes whose tokens its programs list, aimed at (see listed_hashes)
 # (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
 # measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions).
@@ -186,13 +189,49 @@ def _listed_best(r, s, key, mode, row_base, V, t, cv, ci, draft_ptr, d_stride, d
 
 
 @triton.jit
+def _score_tile(start, hi, best, best_idx, thr, late, r, mode, row_base, t, cv, ci, key, draft_ptr, d_stride,
+                drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr, row_best_ptr, HAS_DRAFT: tl.constexpr,
+                SHARE: tl.constexpr, PRUNE: tl.constexpr, BLOCK: tl.constexpr):
+    """The program's best (score, index) after the tile at ``start``: (largest score, then smallest index).
+    ``PRUNE``: the tile's noise is computed only if some ``x + gumbel_upper_bound(h)`` reaches ``thr``.
+    ``SHARE``: a better score is published to the row (``row_best``)."""
+    offs = start + tl.arange(0, BLOCK)
+    valid = offs < hi
+    x = process_loaded(tl.load(row_base + offs, mask=valid, other=float("-inf")), offs, t, cv, ci)
+    if late:
+        x = x - tl.load(lse_t_ptr + r)  # log p; an infinite lse's NaN lanes are never pruned
+        ub = tl.where(x == x, x, float("inf"))
+    else:
+        if mode == MODE_RESIDUAL:
+            x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
+                          req_temp_ptr, HAS_DRAFT)
+        ub = x
+    h = murmur3_finish(key, offs)
+    go = True
+    if PRUNE:
+        go = tl.max(ub + gumbel_upper_bound(h), axis=0) >= thr
+    if go:
+        if late:
+            x = _residual_of_log_p(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr, req_temp_ptr)
+        score = x + uniform_to_gumbel(hash_to_uniform(h))
+        score = tl.where(valid & (score == score), score, float("-inf"))
+        m, a = tl.max(score, axis=0, return_indices=True)
+        if (m > best) | ((m == best) & (start + a < best_idx)):
+            best = m
+            best_idx = start + a
+            if SHARE:
+                tl.atomic_max(row_best_ptr + r, float_key(best), sem="relaxed")  # publish
+    return best, best_idx
+
+
+@triton.jit
 def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                  mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
                  temp_div_ptr, cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr,
                  part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
                  tok_stride, part_top_ptr, top_ptr, list_ptr, list_len_ptr, V, W, span, SPLITS,
                  HAS_DRAFT: tl.constexpr, TOP: tl.constexpr, SHARE: tl.constexpr, PRUNE: tl.constexpr,
-                 LIST: tl.constexpr, BLOCK: tl.constexpr, HASHES: tl.constexpr, PREFETCH: tl.constexpr,
+                 LIST: tl.constexpr, BLOCK: tl.constexpr, HASHES: tl.constexpr, TILES: tl.constexpr,
                  CHUNK: tl.constexpr):
     """Grid (R, SPLITS): program (r, s) draws span s of request r. ``LIST`` (a later draw of sample-and-check):
     grid (G, SPLITS), program (g, s) draws span s of requests ``list[g], list[g + G], ...`` (the
@@ -203,13 +242,13 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                        mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
                        cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
                        arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
-                       top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, HASHES, PREFETCH, CHUNK)
+                       top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, HASHES, TILES, CHUNK)
     else:
         _draw_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, draft_ptr, d_stride,
                    mode_ptr, row_ptr, slot_ptr, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, temp_div_ptr,
                    cut_val_ptr, cut_idx_ptr, req_temp_ptr, seed_ptr, pos_ptr, part_max_ptr, part_arg_ptr,
                    arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride, part_top_ptr,
-                   top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, HASHES, PREFETCH, CHUNK)
+                   top_ptr, V, W, span, SPLITS, HAS_DRAFT, TOP, SHARE, PRUNE, BLOCK, HASHES, TILES, CHUNK)
 
 
 @triton.jit
@@ -218,9 +257,10 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                part_max_ptr, part_arg_ptr, arrivals_ptr, row_best_ptr, count_src_ptr, counts_ptr, tokens_ptr,
                tok_stride, part_top_ptr, top_ptr, V, W, span, SPLITS, HAS_DRAFT: tl.constexpr, TOP: tl.constexpr,
                SHARE: tl.constexpr, PRUNE: tl.constexpr, BLOCK: tl.constexpr, HASHES: tl.constexpr,
-               PREFETCH: tl.constexpr, CHUNK: tl.constexpr):
+               TILES: tl.constexpr, CHUNK: tl.constexpr):
     """Span ``s`` of request ``r``: its best (score, index), and the row's token if this program is the last
-    of the row to arrive."""
+    of the row to arrive. The span is read ``TILES`` tiles at a time (one load, many bytes in flight); a
+    tile that may hold the winner is then scored from a second read (L1 or L2)."""
     mode = tl.load(mode_ptr + r)
     best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.zeros((), tl.int32)
@@ -228,88 +268,80 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
     if mode != MODE_NONE:
         row = tl.load(row_ptr + r)
         row_base = logits_ptr + row.to(tl.int64) * l_stride
-        t = tl.load(temp_div_ptr + row)
-        cv = tl.load(cut_val_ptr + row)
-        ci = tl.load(cut_idx_ptr + row)
-        key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
         lo = s * span
         hi = tl.minimum(lo + span, V)
-        if PRUNE:
-            # Every token whose hash is not among the row's HASHES x SPLITS smallest has noise at most ``cut``
-            # (the bound is non-increasing in the hash); those tokens are listed and scored after the tiles, so
-            # a tile is skipped after the load when its largest value plus ``cut`` is below the threshold. (An
-            # int32 tensor first: SPLITS == 1 arrives as a constant.)
-            cut = gumbel_upper_bound((tl.zeros((), tl.int32) + SPLITS * HASHES).to(tl.uint32)) + 0.001
-        if PREFETCH:  # the first tile's load; each tile then loads the next before its own work
-            ahead = tl.load(row_base + lo + tl.arange(0, BLOCK), mask=lo + tl.arange(0, BLOCK) < hi,
-                            other=float("-inf"))
-        for start in range(lo, hi, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            valid = offs < hi
-            if SHARE:
-                # The row's best score published so far, read before the next tile's load so its latency hides
-                # behind the load's. Threads read it at their own times and may see different values: ``thr``
-                # takes the block's smallest read (a reduction over every thread's own read; never the read
-                # itself), so it is the same in every thread and every thread takes the same branches.
-                published = tl.load(row_best_ptr + r, volatile=True)
-            if PREFETCH:
-                raw = ahead
-                ahead = tl.load(row_base + offs + BLOCK, mask=offs + BLOCK < hi, other=float("-inf"))
-            else:
-                raw = tl.load(row_base + offs, mask=valid, other=float("-inf"))
-            if mode == MODE_GREEDY:
-                raw32 = raw.to(tl.float32)
-                m, a = tl.max(tl.where(raw32 != raw32, float("-inf"), raw32), axis=0, return_indices=True)
+        tile = tl.arange(0, TILES)
+        if mode == MODE_GREEDY:  # the first index of the largest raw value (NaN read as -inf)
+            for start in range(lo, hi, TILES * BLOCK):
+                offs = start + tile[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+                raw = tl.load(row_base + offs, mask=offs < hi, other=float("-inf")).to(tl.float32)
+                raw = tl.where(raw != raw, float("-inf"), raw)
+                m = tl.max(tl.max(raw, axis=1), axis=0)
                 if m > best:
                     best = m
-                    best_idx = start + a
+                    best_idx = tl.min(tl.min(tl.where(raw == m, offs, 2147483647), axis=1), axis=0)
+        else:
+            t = tl.load(temp_div_ptr + row)
+            cv = tl.load(cut_val_ptr + row)
+            ci = tl.load(cut_idx_ptr + row)
+            key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+            # The residual with draft logits is at most log p = x - lse_t: its draft row and log1p are computed
+            # only in tiles that pass the bound (TOP needs exact values and computes it in every tile).
+            if HAS_DRAFT and not TOP:
+                late = mode == MODE_RESIDUAL
             else:
-                x = process_loaded(raw, offs, t, cv, ci)
-                # The scores' upper bound ``ub`` (lanes' processed values): the residual with draft logits is
-                # at most log p, so it is computed only in tiles that pass (TOP needs the exact values).
-                if HAS_DRAFT and not TOP:
-                    late = mode == MODE_RESIDUAL
-                else:
-                    late = False
-                if late:
-                    x = x - tl.load(lse_t_ptr + r)  # log p; an infinite lse's NaN lanes are never pruned
-                    ub = tl.where(x == x, x, float("inf"))
-                else:
-                    if mode == MODE_RESIDUAL:
-                        x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
-                                      lse_q_ptr, req_temp_ptr, HAS_DRAFT)
-                    ub = x
-                if TOP or PRUNE:
-                    tile_max = tl.max(ub, axis=0)
-                if TOP:
-                    top = tl.maximum(top, tile_max)
-                # Without PRUNE (one tile a program, nothing shared: the threshold is always -inf) every tile
-                # is scored without the two bounding reductions.
-                go = True
+                late = False
+            thr = best
+            cut = 0.0
+            if PRUNE:
+                # Every token whose hash is not among the row's HASHES x SPLITS smallest has noise at most ``cut``
+                # (the bound is non-increasing in the hash); those tokens are listed and scored after the tiles,
+                # so a tile whose largest value plus ``cut`` is below the threshold cannot win. (An int32 tensor
+                # first: SPLITS == 1 arrives as a constant.)
+                cut = gumbel_upper_bound((tl.zeros((), tl.int32) + SPLITS * HASHES).to(tl.uint32)) + 0.001
+            # The span is read TILES tiles at a time (one load, many bytes in flight). A tile that may hold the
+            # winner is then scored (``_score_tile``), largest bound first; the others are skipped.
+            for start in range(lo, hi, TILES * BLOCK):
                 if PRUNE:
+                    thr = best
                     if SHARE:
+                        # The row's best published score. Threads read it at their own times: ``thr`` takes the
+                        # block's smallest read (never the read itself), so every thread takes the same branches.
+                        published = tl.load(row_best_ptr + r, volatile=True)
                         thr = tl.maximum(best, key_to_float(tl.min(tl.broadcast_to(published, [BLOCK]), axis=0)))
-                    else:
-                        thr = best
-                    go = tile_max + cut >= thr
-                if go:
-                    h = murmur3_finish(key, offs)
-                    if PRUNE:
-                        go = tl.max(ub + gumbel_upper_bound(h), axis=0) >= thr
-                    if go:
+                pending = (start + tile * BLOCK < hi).to(tl.int32)  # the chunk's tiles left to score
+                tile_max = tl.full([TILES], float("inf"), tl.float32)
+                if PRUNE or TOP:
+                    offs = start + tile[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+                    raw = tl.load(row_base + offs, mask=offs < hi, other=float("-inf"))
+                    if TOP:  # exact processed maxima
+                        x = process_loaded(raw, offs, t, cv, ci)
+                        if mode == MODE_RESIDUAL:
+                            x = _residual(x, offs, offs < hi, r, draft_ptr, d_stride, drow_ptr, dtok_ptr,
+                                          lse_t_ptr, lse_q_ptr, req_temp_ptr, HAS_DRAFT)
+                        tile_max = tl.max(x, axis=1)
+                        top = tl.maximum(top, tl.max(tile_max, axis=0))
+                    else:  # bounds of the processed maxima: division is monotone, a filter only lowers values
+                        tile_max = tl.math.div_rn(tl.max(raw.to(tl.float32), axis=1), t)
                         if late:
-                            x = _residual_of_log_p(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr,
-                                                   req_temp_ptr)
-                        score = x + uniform_to_gumbel(hash_to_uniform(h))
-                        score = tl.where(valid & (score == score), score, float("-inf"))
-                        m, a = tl.max(score, axis=0, return_indices=True)
-                        if m > best:
-                            best = m
-                            best_idx = start + a
-                            if SHARE:
-                                tl.atomic_max(row_best_ptr + r, float_key(best), sem="relaxed")  # publish
-        if PRUNE:
-            if mode != MODE_GREEDY:  # the listed tokens (anywhere in the row): equal scores go to the smaller id
+                            tile_max = tile_max - tl.load(lse_t_ptr + r)
+                    # ``not <``: a NaN bound (a NaN logit, an infinite lse) keeps its tile
+                    pending = tl.where(tile_max + cut < thr, 0, pending)
+                while tl.max(pending, axis=0) > 0:  # each pass clears one pending tile: at most TILES passes
+                    # the pending tile of the largest bound first (it raises the threshold soonest; NaN first),
+                    # of equal bounds the first: always a pending tile, even when every bound is -inf
+                    order = tl.where(pending > 0, tl.where(tile_max == tile_max, tile_max, float("inf")),
+                                     float("-inf"))
+                    i = tl.min(tl.where((pending > 0) & (order == tl.max(order, axis=0)), tile, TILES), axis=0)
+                    best, best_idx = _score_tile(start + i * BLOCK, hi, best, best_idx, thr, late, r, mode, row_base,
+                                                 t, cv, ci, key, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr,
+                                                 lse_q_ptr, req_temp_ptr, row_best_ptr, HAS_DRAFT, SHARE, PRUNE,
+                                                 BLOCK)
+                    pending = tl.where(tile == i, 0, pending)
+                    if PRUNE:
+                        thr = tl.maximum(thr, best)
+                        pending = tl.where(tile_max + cut < thr, 0, pending)
+            if PRUNE:  # the listed tokens (anywhere in the row): equal scores go to the smaller id
                 listed, listed_idx = _listed_best(r, s, key, mode, row_base, V, t, cv, ci, draft_ptr, d_stride,
                                                   drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
                                                   HAS_DRAFT, HASHES)
@@ -381,9 +413,12 @@ class DrawScratch:
         return listed_hashes(self.splits)
 
     @property
-    def prefetch(self) -> bool:
-        """Whether a program has several tiles: each then loads the next tile before its own work."""
-        return self.span > self.block
+    def tiles(self) -> int:
+        """Tiles a program reads at once (``TILES``): LOAD_TILES, at most the span's (a power of two); 1 when
+        nothing is pruned (one tile a program)."""
+        if not self.prune:
+            return 1
+        return 1 << (min(LOAD_TILES, self.span // self.block).bit_length() - 1)
 
     def launch_over(self, num_rows: int, rows: tuple | None) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
         """(grid, list, list length) of a draw over all ``num_rows`` requests (``rows`` None: grid (R, SPLITS),

@@ -357,8 +357,8 @@ class FilterScratch:
 
     Per row: bound/sum_bound/m/s0/s/omp/vstar [F] float32, ndrop [F] int32, lo/hi [2, F] int64 (intervals,
     by round parity), base [2, F] float32 (top-p mass below lo, by round parity); per span: pmax/psum
-    [F, splits] float32, pcnt [F, splits] int32; per round:
-    cnt [2, F, splits, WAYS] int32 and mass [2, F, splits, WAYS] float32 (partials, by round parity).
+    [F, splits] float32, pcnt [F, splits] int32; per round: cnt [2, F, splits, WAYS] int32 and mass
+    [2, F, splits, WAYS] float32 (partials, by round parity).
     Stage flags (host bools fixed at prepare time, so the launch sequence is graph-static):
     any_topk, any_topp, any_bound (some top-p row also has min-p or top-k).
     """
@@ -383,8 +383,8 @@ class FilterScratch:
                  any_bound: bool, span: int = FILTER_SPAN) -> "FilterScratch":
         """``span``: elements per program (a power of two; tests shrink it to split small rows)."""
         splits = max(1, triton.cdiv(vocab, span))
-        fs = cls(splits=splits, span=span, block=min(span, FILTER_BLOCK), idx_rounds=max(1, triton.cdiv(max(vocab - 1, 1).bit_length(), 4)),
-                 any_topk=any_topk, any_topp=any_topp, any_bound=any_bound)
+        fs = cls(splits=splits, span=span, block=min(span, FILTER_BLOCK), any_topk=any_topk, any_topp=any_topp,
+                 any_bound=any_bound, idx_rounds=max(1, triton.cdiv(max(vocab - 1, 1).bit_length(), 4)))
         f = max(num_rows, 1)
         for name in ("bound", "sum_bound", "m", "s0", "s", "omp", "vstar"):
             fs.f32[name] = torch.empty(f, dtype=torch.float32, device=device)

@@ -407,7 +407,7 @@ class StochasticSampler(LaunchSampler):
             d.part_max, d.part_arg, d.arrivals, d.row_best, s.counts, s.counts, s.tokens, s.tokens.stride(0),
             d.part_top, d.top, list_rows, list_len, s.logits.shape[1], s.tokens.shape[1], d.span, d.splits,
             HAS_DRAFT=s.draft_logits is not None, TOP=d.track_top, SHARE=d.share, PRUNE=d.prune,
-            LIST=rows is not None, BLOCK=d.block, HASHES=d.hashes, PREFETCH=d.prefetch, CHUNK=REDUCE_CHUNK,
+            LIST=rows is not None, BLOCK=d.block, HASHES=d.hashes, TILES=d.tiles, CHUNK=REDUCE_CHUNK,
             num_warps=d.warps, maxnreg=d.maxnreg)
 
     def _positions(self, s: VerifyState, draft, d_stride: int, cut_val, cut_idx, exact: bool) -> None:

@@ -427,6 +427,20 @@ def test_draw_ties_across_programs_go_to_the_smaller_id():
     assert GumbelMaxSampler(block=64, programs=16).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
 
 
+def test_draw_ties_inside_one_read_go_to_the_smaller_id():
+    """Token 191 (last of tile [128, 192)) ties in fp32 with a token k of the next tile, which the program reads
+    in the same load and scores first (its bound is larger: x_k > x_191). On the equal score the tile merge
+    must keep the smaller id, 191 (a strictly-greater merge keeps k)."""
+    seed, pos, tok = 4242, 9, 191
+    ids = torch.arange(192, 256)
+    noise = _kernel_noise(seed, pos, torch.cat([ids, torch.tensor([tok] * 64)]).to(torch.int32).to(DEVICE))
+    candidates = ids[noise[:64] < noise[64] - 0.2][:32]
+    step, k = _tie_step(seed, pos, tok, 16.0, candidates)
+    assert step.logits[0, k] > step.logits[0, tok]
+    assert ReferenceSampler().sample(step).tokens[0, 0].item() == tok
+    assert GumbelMaxSampler(block=64, programs=1).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
+
+
 def boost_listed(step: Step, row_hashes: int, seed: int) -> tuple[Step, int]:
     """The step with each row's tokens of hash below ``row_hashes`` given a logit that makes their noised score
     win or lose by 0.01 against the row's best other score (SYNTHETIC); returns it and the number of them."""
