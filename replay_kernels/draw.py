@@ -46,6 +46,7 @@ import triton.language as tl
 
 from .filters import float_key, key_to_float
 from .params import load_processed, process_loaded
+from .partials import better, block_argmax, block_max, last_to_arrive
 from .rng import (gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_preimage, murmur3_row_key,
                   uniform_to_gumbel)
 
@@ -90,49 +91,6 @@ def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None
     _, table_block, table_warps, table_programs, share, maxnreg = next(row for row in table or DRAW_SHAPES
                                                                        if num_rows < row[0])
     return block or table_block, warps or table_warps, programs or table_programs, share, maxnreg
-
-
-@triton.jit
-def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
-    """(max, index) over ``NB`` partial (max, index) pairs at ``base``: the largest max, and of the partials
-    that hold it the smallest index (a partial's index may lie outside its span: the listed tokens). NaN-free
-    inputs; all -inf gives (-inf, 0)."""
-    best = tl.full((), float("-inf"), tl.float32)
-    best_idx = tl.zeros((), tl.int32)
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
-        a = tl.load(arg_ptr + base + offs, mask=offs < NB, other=0, cache_modifier=".cg")
-        cm = tl.max(m, axis=0)
-        ca = tl.min(tl.where((m == cm) & (offs < NB), a, 2147483647), axis=0)
-        better = (cm > best) | ((cm == best) & (ca < best_idx))
-        best_idx = tl.where(better, ca, best_idx)
-        best = tl.where(better, cm, best)
-    return best, best_idx
-
-
-@triton.jit
-def block_max(max_ptr, base, NB, CHUNK: tl.constexpr):
-    """The largest of ``NB`` partial maxima at ``base``."""
-    best = tl.full((), float("-inf"), tl.float32)
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        best = tl.maximum(best, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
-                                                cache_modifier=".cg"), axis=0))
-    return best
-
-
-@triton.jit
-def last_to_arrive(arrivals_ptr, r, SPLITS):
-    """Call after this program stored its partials for row ``r``: True in the last of the row's ``SPLITS``
-    programs to arrive (an ``acq_rel`` counter per row), which may then read every partial. It resets the
-    counter for the next launch."""
-    tl.debug_barrier()
-    last = tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1
-    if last:
-        tl.store(arrivals_ptr + r, 0)
-        tl.debug_barrier()
-    return last
 
 
 @triton.jit
@@ -216,7 +174,7 @@ def _score_tile(start, hi, best, best_idx, thr, late, r, mode, row_base, t, cv, 
         score = x + uniform_to_gumbel(hash_to_uniform(h))
         score = tl.where(valid & (score == score), score, float("-inf"))
         m, a = tl.max(score, axis=0, return_indices=True)
-        if (m > best) | ((m == best) & (start + a < best_idx)):
+        if better(m, start + a, best, best_idx):
             best = m
             best_idx = start + a
             if SHARE:
@@ -345,7 +303,7 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                 listed, listed_idx = _listed_best(r, s, key, mode, row_base, V, t, cv, ci, draft_ptr, d_stride,
                                                   drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
                                                   HAS_DRAFT, HASHES)
-                if (listed > best) | ((listed == best) & (listed_idx < best_idx)):
+                if better(listed, listed_idx, best, best_idx):
                     best = listed
                     best_idx = listed_idx
     tl.store(part_max_ptr + r * SPLITS + s, best)

@@ -44,7 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch, last_to_arrive
+from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch
+from .partials import last_to_arrive
 from .filters import FILTER_BLOCK, FILTER_SPAN, _clean
 from .params import load_processed
 from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gumbel

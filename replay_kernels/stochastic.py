@@ -59,8 +59,8 @@ import triton.language as tl
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step
 
-from .draw import (MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel,
-                   block_argmax, last_to_arrive)
+from .draw import MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
+from .partials import block_argmax, last_to_arrive
 from .filters import FILTER_SPAN
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .filters import FilterScratch, launch_filters
-from .draw import block_max
+from .partials import block_max
 from .verify_stats import spans_sum
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)

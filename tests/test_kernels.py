@@ -441,6 +441,19 @@ def test_draw_ties_inside_one_read_go_to_the_smaller_id():
     assert GumbelMaxSampler(block=64, programs=1).sample(step.to(DEVICE)).tokens[0, 0].item() == tok
 
 
+@pytest.mark.parametrize("fill,finite", [(NEG_INF, None), (float("nan"), 777)], ids=["all-inf", "nan-but-one"])
+def test_draw_of_rows_without_finite_tiles_ends_like_the_reference(fill, finite):
+    """A row whose tiles have no finite value (all -inf, or NaN read as -inf but for one token), split in four
+    programs of two loads of two tiles: every bound is -inf or NaN and no threshold exists yet. The draw must
+    end and emit the reference's token (a pick of an already scored tile would loop forever)."""
+    logits = torch.full((1, 1000), fill)
+    if finite is not None:
+        logits[0, finite] = 2.5
+    step = _one_request(logits, seed=31, pos=4)
+    want = ReferenceSampler().sample(step).tokens[0, 0].item()
+    assert GumbelMaxSampler(block=64, programs=4).sample(step.to(DEVICE)).tokens[0, 0].item() == want
+
+
 def boost_listed(step: Step, row_hashes: int, seed: int) -> tuple[Step, int]:
     """The step with each row's tokens of hash below ``row_hashes`` given a logit that makes their noised score
     win or lose by 0.01 against the row's best other score (SYNTHETIC); returns it and the number of them."""

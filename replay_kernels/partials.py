@@ -1,0 +1,61 @@
+"""Per-program partials and their reduction by the last program of a row to arrive.
+
+A split-row kernel has each of a row's ``SPLITS`` programs store its partial (a max, a (score, index) pair,
+a sum), then :func:`last_to_arrive` elects the last of them, which reduces the row's partials in span order:
+no reduce kernel, no launch-wide barrier. Every (score, index) merge of the draw and the verify (tiles, listed
+tokens, programs) takes the order of :func:`better`: a larger score, or an equal score at a smaller index,
+which is the first argmax whatever the order the candidates arrive in.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def better(score, idx, best, best_idx):
+    """Whether (score, idx) comes before (best, best_idx): a larger score, or an equal one at a smaller index."""
+    return (score > best) | ((score == best) & (idx < best_idx))
+
+
+@triton.jit
+def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
+    """(max, index) over ``NB`` partial (max, index) pairs at ``base``: the largest max, and of the partials
+    that hold it the smallest index (a partial's index may lie outside its span: the listed tokens). NaN-free
+    inputs; all -inf gives (-inf, 0)."""
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
+        a = tl.load(arg_ptr + base + offs, mask=offs < NB, other=0, cache_modifier=".cg")
+        cm = tl.max(m, axis=0)
+        ca = tl.min(tl.where((m == cm) & (offs < NB), a, 2147483647), axis=0)
+        take = better(cm, ca, best, best_idx)
+        best_idx = tl.where(take, ca, best_idx)
+        best = tl.where(take, cm, best)
+    return best, best_idx
+
+
+@triton.jit
+def block_max(max_ptr, base, NB, CHUNK: tl.constexpr):
+    """The largest of ``NB`` partial maxima at ``base``."""
+    best = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        best = tl.maximum(best, tl.max(tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"),
+                                                cache_modifier=".cg"), axis=0))
+    return best
+
+
+@triton.jit
+def last_to_arrive(arrivals_ptr, r, SPLITS):
+    """Call after this program stored its partials for row ``r``: True in the last of the row's ``SPLITS``
+    programs to arrive (an ``acq_rel`` counter per row), which may then read every partial. It resets the
+    counter for the next launch."""
+    tl.debug_barrier()
+    last = tl.atomic_add(arrivals_ptr + r, 1, sem="acq_rel", scope="gpu") == SPLITS - 1
+    if last:
+        tl.store(arrivals_ptr + r, 0)
+        tl.debug_barrier()
+    return last
