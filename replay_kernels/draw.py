@@ -18,8 +18,9 @@ scores each tile that may hold the winner (largest bound first, read a second ti
 keeps its best (score, then smallest index).
 Bytes: reads each drawn row once from DRAM (4 or 2 B per element; tiles that pass the bound below
 again, mostly from cache; the rejected draft row too for ``MODE_RESIDUAL`` with draft logits, only in
-tiles that pass); reads a 4 B published best per load and the row's few listed tokens (below); writes
-8 B per program and the token row. The last program of a row to arrive (an ``acq_rel`` counter per
+tiles that pass, except in ``TOP`` launches: every tile, then again for those that pass); reads a 4 B
+published best per load and the row's few listed tokens (below); writes 8 B per program and the token
+row. The last program of a row to arrive (an ``acq_rel`` counter per
 row, reset by that program) reduces the ``SPLITS`` partials (largest score, then smallest index),
 writes the token, the count and the -1 padding: one launch, no reduce kernel, no fill.
 
@@ -283,10 +284,10 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                         tile_max = tl.math.div_rn(tl.max(raw.to(tl.float32), axis=1), t)
                         if late:
                             tile_max = tile_max - tl.load(lse_t_ptr + r)
-                    # ``not <``: a NaN bound (a NaN logit, an infinite lse) keeps its tile
+                    # ``not <``: a NaN bound (a tile of only NaN, an infinite lse) keeps its tile
                     pending = tl.where(tile_max + cut < thr, 0, pending)
                 while tl.max(pending, axis=0) > 0:  # each pass clears one pending tile: at most TILES passes
-                    # the pending tile of the largest bound first (it raises the threshold soonest; NaN first),
+                    # the pending tile of the largest bound first (it raises the threshold soonest; NaN bounds first),
                     # of equal bounds the first: always a pending tile, even when every bound is -inf
                     order = tl.where(pending > 0, tl.where(tile_max == tile_max, tile_max, float("inf")),
                                      float("-inf"))
