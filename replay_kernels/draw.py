@@ -95,6 +95,14 @@ def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None
 
 
 @triton.jit
+def noised_score(x, h, valid):
+    """The Gumbel-max score ``x + noise(h)`` of lanes with hashes ``h``; -inf where not ``valid`` or NaN (a NaN
+    or a -inf minus +inf logit can never win)."""
+    score = x + uniform_to_gumbel(hash_to_uniform(h))
+    return tl.where(valid & (score == score), score, float("-inf"))
+
+
+@triton.jit
 def _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr, req_temp_ptr,
               HAS_DRAFT: tl.constexpr):
     """Residual scores of lanes ``offs`` after rejecting draft ``dtok[r]`` (float32, -inf = impossible)."""
@@ -138,8 +146,7 @@ def _listed_best(r, s, key, mode, row_base, V, t, cv, ci, draft_ptr, d_stride, d
         if mode == MODE_RESIDUAL:
             x = _residual(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, dtok_ptr, lse_t_ptr, lse_q_ptr,
                           req_temp_ptr, HAS_DRAFT)
-        score = x + uniform_to_gumbel(hash_to_uniform(h))
-        score = tl.where(valid & (score == score), score, float("-inf"))
+        score = noised_score(x, h, valid)
         m = tl.max(score, axis=0)
         if m > best:
             best = m
@@ -172,8 +179,7 @@ def _score_tile(start, hi, best, best_idx, thr, late, r, mode, row_base, t, cv, 
     if go:
         if late:
             x = _residual_of_log_p(x, offs, valid, r, draft_ptr, d_stride, drow_ptr, lse_q_ptr, req_temp_ptr)
-        score = x + uniform_to_gumbel(hash_to_uniform(h))
-        score = tl.where(valid & (score == score), score, float("-inf"))
+        score = noised_score(x, h, valid)
         m, a = tl.max(score, axis=0, return_indices=True)
         if better(m, start + a, best, best_idx):
             best = m

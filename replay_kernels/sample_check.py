@@ -44,11 +44,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch
+from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch, noised_score
 from .partials import last_to_arrive
 from .filters import FILTER_BLOCK, FILTER_SPAN, _clean
 from .params import load_processed
-from .rng import hash_to_uniform, murmur3_finish, murmur3_row_key, uniform_to_gumbel
+from .rng import murmur3_finish, murmur3_row_key
 
 EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
 CHECK_BLOCK = FILTER_BLOCK  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
@@ -192,8 +192,7 @@ def _row_draw(base, V, t, cv, ci, key, skip, BLOCK: tl.constexpr):
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = tl.where(offs == skip, float("-inf"), load_processed(base, offs, V, t, cv, ci))
-        score = x + uniform_to_gumbel(hash_to_uniform(murmur3_finish(key, offs)))
-        score = tl.where((offs < V) & (score == score), score, float("-inf"))
+        score = noised_score(x, murmur3_finish(key, offs), offs < V)
         m, a = tl.max(score, axis=0, return_indices=True)
         if m > best:
             best = m
