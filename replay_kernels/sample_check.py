@@ -46,7 +46,7 @@ import triton.language as tl
 
 from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch, noised_score
 from .partials import last_to_arrive
-from .filters import FILTER_BLOCK, FILTER_SPAN, _clean
+from .filters import FILTER_BLOCK, FILTER_SPAN
 from .params import load_processed
 from .rng import murmur3_finish, murmur3_row_key
 
@@ -69,19 +69,35 @@ def _span_check(base, lo, hi, V, t, L, xc, c, kk, p, M, BLOCK: tl.constexpr):
     """Over lanes [lo, hi) of one row: (sum of exp(x - M), the same over lanes at or below ``(xc, c)``,
     count of x > xc), ``M`` the row's largest value. Kept-by-min-p values (x >= L) only in the sums, which
     are computed only for top-p rows (``p < 1``); the count only for top-k rows (``kk < V``). Per-lane
-    accumulators, added across lanes once at the end: no reduction per tile."""
+    accumulators, added across lanes once at the end: no reduction per tile.
+
+    A lane costs one compare and one select a sum (the pass is bound by the ALU pipe otherwise): NaN, -inf and
+    min-p-dropped lanes all fail ``x >= max(L, -FLT_MAX)`` (a NaN needs no -inf select), and a tile wholly before
+    or after ``c`` tests its order by value alone. The sums add the same terms in the same order as a
+    lane-by-lane ``(x < xc) | (x == xc & id <= c)`` test on NaN-cleaned values (the terms it drops are +0)."""
     acc_all = tl.zeros((BLOCK,), tl.float32)
     acc_low = tl.zeros((BLOCK,), tl.float32)
     acc_cnt = tl.zeros((BLOCK,), tl.int32)
+    floor = tl.maximum(L, -3.4028234663852886e38)
     for start in range(lo, hi, BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        x = _clean(base, offs, V, t)
+        if start + BLOCK <= V:
+            x = tl.load(base + offs).to(tl.float32)
+        else:
+            x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+        if t != 1.0:
+            x = tl.math.div_rn(x, t)
         if kk < V:
             acc_cnt += (x > xc).to(tl.int32)
         if p < 1.0:
-            e = tl.where((x >= L) & (x > float("-inf")), tl.exp(x - M), 0.0)  # -inf lanes: 0, also if M is -inf
+            e = tl.where(x >= floor, tl.exp(x - M), 0.0)
             acc_all += e
-            acc_low += tl.where((x < xc) | ((x == xc) & (offs <= c)), e, 0.0)
+            if start + BLOCK <= c + 1:  # every lane at or before c
+                acc_low += tl.where(x <= xc, e, 0.0)
+            elif start > c:  # every lane after c
+                acc_low += tl.where(x < xc, e, 0.0)
+            else:
+                acc_low += tl.where((x < xc) | ((x == xc) & (offs <= c)), e, 0.0)
     return tl.sum(acc_all, axis=0), tl.sum(acc_low, axis=0), tl.sum(acc_cnt, axis=0)
 
 

@@ -437,3 +437,35 @@ def test_kernel_bench_inputs_depend_on_the_shape_alone():
     assert len(set(seeds.values())) == len(seeds) and seeds[(300, 2, 4)] == Inputs.seed_of(300, 2, 4)
     a, b = (Inputs.make(300, 2, 4, Inputs.seed_of(300, 2, 4), "cpu") for _ in range(2))
     assert torch.equal(a.logits, b.logits) and torch.equal(a.draft_ids, b.draft_ids)
+
+
+def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
+    """tools/ab_kernels.py races copies of replay_kernels: each copy is its own module tree, so a ``--set`` on
+    one copy leaves the others and the installed package alone (a shared module would time one setting
+    under two names)."""
+    import importlib.util
+    import pathlib
+
+    import replay_kernels.sample_check as installed
+
+    path = pathlib.Path(__file__).parent.parent / "tools" / "ab_kernels.py"
+    spec = importlib.util.spec_from_file_location("ab_kernels_under_test", path)
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    pkg_dir = str(pathlib.Path(installed.__file__).parent)
+    one, two = ab.load_variant("t_one", pkg_dir), ab.load_variant("t_two", pkg_dir)
+    ab.apply_set(one, "sample_check.ROWS_PER_SLOT = ROWS_PER_SLOT // 2")
+    import importlib
+
+    copy_one, copy_two = (importlib.import_module(f"{p}.sample_check") for p in (one, two))
+    assert copy_one.ROWS_PER_SLOT == installed.ROWS_PER_SLOT // 2
+    assert copy_two.ROWS_PER_SLOT == installed.ROWS_PER_SLOT
+    assert copy_one._check_kernel is not copy_two._check_kernel is not installed._check_kernel
+    assert copy_one.row_slots(24) != copy_two.row_slots(24)  # read at call time, from the copy's globals
+    with pytest.raises(SystemExit, match="no __init__.py"):
+        ab.load_variant("t_bad", str(path.parent))
+    with pytest.raises(SystemExit, match="has no NO_SUCH"):
+        ab.apply_set(two, "sample_check.NO_SUCH=1")
+    if not torch.cuda.is_available():
+        monkeypatch.setattr("sys.argv", ["ab_kernels.py", "--variant", f"a={pkg_dir}"])
+        assert ab.main() == 2  # a clear refusal without a GPU, not a traceback

@@ -99,6 +99,28 @@ def test_a_slot_draws_and_checks_every_row_of_its_list(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(*out))
 
 
+def test_check_counts_tied_tokens_before_the_drawn_one_and_not_after():
+    """A top-p row whose mass is one group of 40 equal values spread over ten check tiles: the drawn token c
+    is kept iff more than (1 - p) of the group lies at or below it in (value, id) order, i.e. iff the tied
+    tokens of lower id (in earlier tiles, in c's own tile) outnumber (1 - p) x 40. The check tests a tile
+    wholly before c by value alone (x <= x_c), one wholly after by x < x_c: swapping the two keeps a token
+    it must redraw, or redraws one it must keep."""
+    requests, vocab = 12, 3000
+    step = _plain(11, vocab, requests, filters=False)
+    logits = torch.full((requests, vocab), float("-inf"))
+    logits[:, 37 + 71 * torch.arange(40)] = 0.0  # ids 37..2806: three or four in each tile of 256
+    step.logits = logits.to(step.logits.dtype)
+    step.temperature = torch.ones(requests)
+    step.top_p = torch.tensor([0.3125, 0.5375, 0.7375] * 4)  # (1 - p) x 40 = 27.5, 18.5, 10.5: no near-tie
+    impl = GumbelMaxSampler(block=64, programs=16, filter_span=256)  # check tiles of 256, one a program
+    want = ReferenceSampler().sample(step)
+    drawn = [int(torch.argmax(logits[r] + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)))
+             for r in range(requests)]
+    kept = sum(drawn[r] == int(want.tokens[r, 0]) for r in range(requests))
+    assert 0 < kept < requests  # both verdicts are exercised
+    compare(step, impl.sample(step), want, max_near_ties=0)
+
+
 def test_batch_composition_does_not_change_a_checked_row():
     step = _low_top_p_step(7, 500, 6)
     whole = GumbelMaxSampler(block=64, programs=8, filter_span=128).sample(step)

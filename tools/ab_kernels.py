@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""A/B of the kernels: copies of ``replay_kernels`` raced on the standard cases, tokens compared (GPU).
+
+    git archive ce670c5 replay_kernels | tar -x -C scratch/base        # a baseline copy (any commit)
+    python3 tools/ab_kernels.py --variant base=scratch/base/replay_kernels --variant tree=replay_kernels \\
+        [--set 'small:sample_check.ROUND_DRAW_SHAPES=((1 << 31, 512, 1, 4096, True, None),)'] [--cases top-p]
+
+Each ``--variant NAME=DIR`` loads the package in DIR under its own module name (so two versions of a kernel
+live in one process); ``--set NAME:MODULE.ATTR=EXPR`` then overrides a module constant of that copy (a shape
+table, a tile), evaluated with the module's globals. The first variant is the reference: every other
+variant's tokens and counts must equal its tokens in every case (exit 1 otherwise: a pruning or tie bug).
+Timing: each case is prepared once per variant, then ``--rounds`` rounds, variants interleaved in each, of
+``time_graph`` (16 launches in one CUDA graph, warm L2, median µs per launch); the table gives the median of
+the rounds and its ratio to the reference. Cases: the SYNTHETIC bench rows
+(``replay_harness.bench.kernels.cases.Inputs``, seeded by (V, R, k) like the bench) and steps derived from
+the real recordings (``fixtures/real-draft-model``: Qwen2.5; ``fixtures/real-mixed``: SmolLM2), widened to
+V = 248,320. ``--cases`` keeps the cases whose label contains one of its comma-separated words; ``--kernels`` adds each
+variant's device time per kernel. A ``--set`` reaches what is read at call time (a shape table used when a
+sampler is prepared), not a name another module imported at load time.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import statistics
+import sys
+
+V = 248320
+CASES = [  # (label, source, R, k, top_p)
+    ("Qwen2.5-derived plain R=256", "fixtures/real-draft-model", 256, 0, 1.0),
+    ("Qwen2.5-derived plain R=64", "fixtures/real-draft-model", 64, 0, 1.0),
+    ("Qwen2.5-derived verify k=4 R=256", "fixtures/real-draft-model", 256, 4, 1.0),
+    ("Qwen2.5-derived verify k=4 R=64", "fixtures/real-draft-model", 64, 4, 1.0),
+    ("SmolLM2-derived plain R=256", "fixtures/real-mixed", 256, 0, 1.0),
+    ("SYNTHETIC plain R=1", None, 1, 0, 1.0),
+    ("SYNTHETIC plain R=8", None, 8, 0, 1.0),
+    ("SYNTHETIC plain R=64", None, 64, 0, 1.0),
+    ("SYNTHETIC plain R=256", None, 256, 0, 1.0),
+    ("SYNTHETIC top-p 0.9 R=1", None, 1, 0, 0.9),
+    ("SYNTHETIC top-p 0.9 R=64", None, 64, 0, 0.9),
+    ("SYNTHETIC top-p 0.9 R=256", None, 256, 0, 0.9),
+    ("SYNTHETIC verify k=4 R=64", None, 64, 4, 1.0),
+    ("SYNTHETIC verify k=4 R=256", None, 256, 4, 1.0),
+    ("SYNTHETIC verify k=4 top-p 0.9 R=64", None, 64, 4, 0.9),
+]
+
+
+def load_variant(name: str, path: str):
+    """The package in ``path`` imported as ``_ab_<name>`` (its relative imports resolve inside the copy)."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(os.path.join(path, "__init__.py")):
+        raise SystemExit(f"ab_kernels: {path}: not a package directory (no __init__.py)")
+    pkg = f"_ab_{name}"
+    spec = importlib.util.spec_from_file_location(pkg, os.path.join(path, "__init__.py"),
+                                                  submodule_search_locations=[path])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[pkg] = module
+    spec.loader.exec_module(module)
+    return pkg
+
+
+def apply_set(pkg: str, assignment: str) -> None:
+    """``MODULE.ATTR=EXPR`` on the copy ``pkg``: the expression is evaluated with that module's globals."""
+    target, _, expr = assignment.partition("=")
+    module_name, _, attr = target.strip().rpartition(".")
+    module = importlib.import_module(f"{pkg}.{module_name}")
+    if not hasattr(module, attr):
+        raise SystemExit(f"ab_kernels: {module_name} has no {attr}")
+    setattr(module, attr, eval(expr, vars(module)))  # noqa: S307 (a developer's command line)
+
+
+def make_step(source: str | None, R: int, k: int, top_p: float):
+    import torch  # noqa: F401
+
+    from replay_harness.bench.kernels.cases import Inputs
+    from replay_harness.recording.derive import derive_steps
+    from replay_harness.recording.store import Recording
+
+    if source is None:
+        return Inputs.make(V, R, k, seed=Inputs.seed_of(V, R, k), device="cuda").step(top_p)
+    step, _ = next(derive_steps(Recording(source), batch=R, drafts=k, vocab=V, steps=1))
+    return step.to("cuda")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", action="append", required=True, metavar="NAME=DIR",
+                    help="a copy of the replay_kernels package to race (the first is the reference)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME:MODULE.ATTR=EXPR",
+                    help="override a module constant of one variant")
+    ap.add_argument("--cases", default="", help="comma-separated words; keep the cases whose label has one")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kernels", action="store_true",
+                    help="also each variant's device time per kernel (torch.profiler, 10 launches), after the table")
+    args = ap.parse_args()
+
+    import torch
+
+    from replay_harness.bench.timing import time_graph
+
+    if not torch.cuda.is_available():
+        print("ab_kernels: needs a CUDA device", file=sys.stderr)
+        return 2
+    variants = {}
+    for spec in args.variant:
+        name, _, path = spec.partition("=")
+        if not name.isidentifier() or not path:
+            raise SystemExit(f"ab_kernels: --variant {spec!r}: expected NAME=DIR")
+        variants[name] = load_variant(name, path)
+    for spec in args.set:
+        name, _, assignment = spec.partition(":")
+        if name not in variants:
+            raise SystemExit(f"ab_kernels: --set {spec!r}: no variant {name!r}")
+        apply_set(variants[name], assignment)
+    impls = {name: (importlib.import_module(f"{pkg}.gumbel_max").GumbelMaxSampler,
+                    importlib.import_module(f"{pkg}.stochastic").StochasticSampler) for name, pkg in variants.items()}
+    words = [w.strip() for w in args.cases.split(",") if w.strip()]
+    cases = [c for c in CASES if not words or any(w in c[0] for w in words)]
+    names = list(variants)
+    ref = names[0]
+    print(f"# ab_kernels on {torch.cuda.get_device_name()}, torch {torch.__version__}; CUDA graphs of 16 launches, "
+          f"{args.rounds} rounds interleaved, median µs per launch (ratio to {ref})\n")
+    print("| case | " + " | ".join(names) + " | tokens |")
+    print("|---|" + "---:|" * len(names) + "---|")
+    differ = 0
+    kernel_lines = []
+    for label, source, R, k, top_p in cases:
+        step = make_step(source, R, k, top_p)
+        states, outs = {}, {}
+        for name in names:
+            impl = impls[name][0 if k == 0 else 1]()
+            states[name] = (impl, impl.prepare(step))
+            tokens, counts = impl.launch(states[name][1])[:2]
+            outs[name] = (tokens.clone(), counts.clone())
+        same = all(torch.equal(outs[ref][i], outs[n][i]) for n in names for i in range(2))
+        differ += not same
+        times = {n: [] for n in names}
+        for _ in range(args.rounds):
+            for name in names:
+                impl, state = states[name]
+                times[name].append(time_graph(lambda: impl.launch(state), 16, 50.0)[0])
+        med = {n: statistics.median(v) for n, v in times.items()}
+        cells = " | ".join(f"{med[n]:.1f}" + ("" if n == ref else f" ({med[n] / med[ref]:.3f})") for n in names)
+        print(f"| {label} | {cells} | {'same' if same else 'DIFFER'} |", flush=True)
+        if args.kernels:
+            from profile_kernels import kernel_times  # tools/profile_kernels.py, next to this script
+
+            for name in names:
+                impl, state = states[name]
+                per, total = kernel_times(lambda: impl.launch(state), 10)
+                top = sorted(per.items(), key=lambda kv: -kv[1][0])
+                kernel_lines.append(f"{label}, {name}: {total / 10:.1f} = " + " + ".join(
+                    f"{kernel} {t / 10:.1f} (x{calls / 10:g})" for kernel, (t, calls) in top))
+        del states, outs, step
+        torch.cuda.empty_cache()
+    if kernel_lines:
+        print("\nDevice µs per launch by kernel (calls per launch):\n")
+        print("\n".join(f"* {line}" for line in kernel_lines))
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
