@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .draw import block_max
+from .partials import block_max
 from .params import load_processed
 
 
