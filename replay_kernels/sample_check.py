@@ -71,34 +71,51 @@ def _span_check(base, lo, hi, V, t, L, xc, c, kk, p, M, BLOCK: tl.constexpr):
     are computed only for top-p rows (``p < 1``); the count only for top-k rows (``kk < V``). Per-lane
     accumulators, added across lanes once at the end: no reduction per tile.
 
-    A lane costs one compare and one select a sum (the pass is bound by the ALU pipe otherwise): NaN, -inf and
-    min-p-dropped lanes all fail ``x >= max(L, -FLT_MAX)`` (a NaN needs no -inf select), and a tile wholly before
-    or after ``c`` tests its order by value alone. The sums add the same terms in the same order as a
-    lane-by-lane ``(x < xc) | (x == xc & id <= c)`` test on NaN-cleaned values (the terms it drops are +0)."""
+    Two tiles are loaded at once (twice the bytes in flight: the pass is latency-bound), then added to the
+    accumulators one after the other, in the order of a one-tile loop, so the sums do not depend on it; a
+    second tile past ``hi`` reads -inf and adds +0."""
     acc_all = tl.zeros((BLOCK,), tl.float32)
     acc_low = tl.zeros((BLOCK,), tl.float32)
     acc_cnt = tl.zeros((BLOCK,), tl.int32)
     floor = tl.maximum(L, -3.4028234663852886e38)
-    for start in range(lo, hi, BLOCK):
+    for start in range(lo, hi, 2 * BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        if start + BLOCK <= V:
-            x = tl.load(base + offs).to(tl.float32)
+        if start + 2 * BLOCK <= hi:
+            x0 = tl.load(base + offs)
+            x1 = tl.load(base + offs + BLOCK)
         else:
-            x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-        if t != 1.0:
-            x = tl.math.div_rn(x, t)
-        if kk < V:
-            acc_cnt += (x > xc).to(tl.int32)
-        if p < 1.0:
-            e = tl.where(x >= floor, tl.exp(x - M), 0.0)
-            acc_all += e
-            if start + BLOCK <= c + 1:  # every lane at or before c
-                acc_low += tl.where(x <= xc, e, 0.0)
-            elif start > c:  # every lane after c
-                acc_low += tl.where(x < xc, e, 0.0)
-            else:
-                acc_low += tl.where((x < xc) | ((x == xc) & (offs <= c)), e, 0.0)
+            x0 = tl.load(base + offs, mask=offs < hi, other=float("-inf"))
+            x1 = tl.load(base + offs + BLOCK, mask=offs + BLOCK < hi, other=float("-inf"))
+        acc_all, acc_low, acc_cnt = _tile_sums(x0.to(tl.float32), offs, start, acc_all, acc_low, acc_cnt, V, t,
+                                               floor, xc, c, kk, p, M, BLOCK)
+        acc_all, acc_low, acc_cnt = _tile_sums(x1.to(tl.float32), offs + BLOCK, start + BLOCK, acc_all, acc_low,
+                                               acc_cnt, V, t, floor, xc, c, kk, p, M, BLOCK)
     return tl.sum(acc_all, axis=0), tl.sum(acc_low, axis=0), tl.sum(acc_cnt, axis=0)
+
+
+@triton.jit
+def _tile_sums(x, offs, start, acc_all, acc_low, acc_cnt, V, t, floor, xc, c, kk, p, M, BLOCK: tl.constexpr):
+    """One tile's terms (lanes ``offs``, loaded values ``x``) added to the per-lane accumulators.
+
+    A lane costs one compare and one select a sum (the pass is bound by the ALU pipe otherwise): NaN, -inf and
+    min-p-dropped lanes all fail ``x >= floor`` = ``max(L, -FLT_MAX)`` (a NaN needs no -inf select), and a
+    tile wholly before or after ``c`` tests its order by value alone. The sums add the same terms in the same
+    order as a lane-by-lane ``(x < xc) | (x == xc & id <= c)`` test on NaN-cleaned values (the terms it drops
+    are +0)."""
+    if t != 1.0:
+        x = tl.math.div_rn(x, t)
+    if kk < V:
+        acc_cnt += (x > xc).to(tl.int32)
+    if p < 1.0:
+        e = tl.where(x >= floor, tl.exp(x - M), 0.0)
+        acc_all += e
+        if start + BLOCK <= c + 1:  # every lane at or before c
+            acc_low += tl.where(x <= xc, e, 0.0)
+        elif start > c:  # every lane after c
+            acc_low += tl.where(x < xc, e, 0.0)
+        else:
+            acc_low += tl.where((x < xc) | ((x == xc) & (offs <= c)), e, 0.0)
+    return acc_all, acc_low, acc_cnt
 
 
 @triton.jit

@@ -121,6 +121,25 @@ def test_check_counts_tied_tokens_before_the_drawn_one_and_not_after():
     compare(step, impl.sample(step), want, max_near_ties=0)
 
 
+def test_check_sums_each_span_once():
+    """The check pass loads two tiles at once; with tiles as wide as the span, the second tile of a pair is the
+    next span's, which its own program sums. Two equal tokens in spans 0 and 1 of a 1024-token row, top-p 0.6:
+    both are kept (the lower one's mass at or below it is 1/2 > 0.4). A second tile read past the span would
+    count token 300 twice in span 0's sum and make the lower token's share 1/3, redrawing it."""
+    requests, vocab = 12, 1024
+    step = _plain(12, vocab, requests, filters=False)
+    logits = torch.full((requests, vocab), float("-inf"))
+    logits[:, [10, 300]] = 0.0
+    step.logits = logits.to(step.logits.dtype)
+    step.temperature = torch.ones(requests)
+    step.top_p = torch.full((requests,), 0.6)
+    want = ReferenceSampler().sample(step)
+    lower = sum(int(want.tokens[r, 0]) == 10 for r in range(requests))
+    assert 0 < lower < requests  # both tokens are drawn, and the lower one is kept
+    impl = GumbelMaxSampler(block=64, programs=16, filter_span=256)  # check tiles of 256 = the span
+    compare(step, impl.sample(step), want, max_near_ties=0)
+
+
 def test_batch_composition_does_not_change_a_checked_row():
     step = _low_top_p_step(7, 500, 6)
     whole = GumbelMaxSampler(block=64, programs=8, filter_span=128).sample(step)
