@@ -469,3 +469,30 @@ def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
     if not torch.cuda.is_available():
         monkeypatch.setattr("sys.argv", ["ab_kernels.py", "--variant", f"a={pkg_dir}"])
         assert ab.main() == 2  # a clear refusal without a GPU, not a traceback
+
+
+def test_kernel_resources_tool_compiles_each_launch_for_sm90():
+    """tools/kernel_resources.py records one launch's kernels without running them and compiles each for
+    sm_90 (no GPU): a top-p step is the first draw, its check, three (draw, check) rounds and the finish loop.
+    Programs an SM follow the H200's register partitions (ncu: 96 registers, 1 warp -> 20; 111 -> 16;
+    4 warps at 75 -> 6), not 65,536 / (regs x 32)."""
+    import importlib.util
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    path = pathlib.Path(__file__).parent.parent / "tools" / "kernel_resources.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(path.parent.parent)
+    out = subprocess.run([sys.executable, str(path), "--impl", "gumbel-max", "--R", "3", "--V", "3000",
+                          "--top-p", "0.9"], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ") and "`" in line]
+    kernels = [r[1].strip().strip("`") for r in rows]
+    assert kernels == ["_draw_kernel", "_check_kernel"] + ["_draw_kernel", "_check_kernel"] * 3 + ["_finish_kernel"]
+    assert all(int(r[5]) > 0 and int(r[7]) > 0 for r in rows)  # registers and programs an SM
+    spec = importlib.util.spec_from_file_location("kernel_resources_under_test", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert [tool.programs_per_sm(r, w) for r, w in ((96, 1), (111, 1), (75, 4), (128, 4), (32, 1))] == [20, 16, 6, 4, 32]
