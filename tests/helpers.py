@@ -61,6 +61,17 @@ def main_inproc(*args: str, **env: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+def load_tool(name: str):
+    """The script ``tools/<name>.py`` imported as a module of its own (tools are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", TOOLS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def has_model() -> bool:
     """True when the 'record' extra and the SmolLM2 package are installed (tests that run the model need it)."""
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None:

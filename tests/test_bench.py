@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from helpers import cli, write_recording
+from helpers import TOOLS, cli, load_tool, write_recording
 from replay_harness.bench.ab import Side, _callables, floor_bytes, run_bench, split_by_route
 from replay_harness.bench.coverage import SideCoverage, judge, pick_kernel_counts, short_kernel_name, triton_launches
 from replay_harness.bench.timing import bootstrap_ratio, rotation_count, time_calls
@@ -443,15 +443,11 @@ def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
     """tools/ab_kernels.py races copies of replay_kernels: each copy is its own module tree, so a ``--set`` on
     one copy leaves the others and the installed package alone (a shared module would time one setting
     under two names)."""
-    import importlib.util
     import pathlib
 
     import replay_kernels.sample_check as installed
 
-    path = pathlib.Path(__file__).parent.parent / "tools" / "ab_kernels.py"
-    spec = importlib.util.spec_from_file_location("ab_kernels_under_test", path)
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
+    ab = load_tool("ab_kernels")
     pkg_dir = str(pathlib.Path(installed.__file__).parent)
     one, two = ab.load_variant("t_one", pkg_dir), ab.load_variant("t_two", pkg_dir)
     ab.apply_set(one, "sample_check.ROWS_PER_SLOT = ROWS_PER_SLOT // 2")
@@ -463,7 +459,7 @@ def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
     assert copy_one._check_kernel is not copy_two._check_kernel is not installed._check_kernel
     assert copy_one.row_slots(24) != copy_two.row_slots(24)  # read at call time, from the copy's globals
     with pytest.raises(SystemExit, match="no __init__.py"):
-        ab.load_variant("t_bad", str(path.parent))
+        ab.load_variant("t_bad", str(TOOLS))
     with pytest.raises(SystemExit, match="has no NO_SUCH"):
         ab.apply_set(two, "sample_check.NO_SUCH=1")
     if not torch.cuda.is_available():
@@ -476,23 +472,18 @@ def test_kernel_resources_tool_compiles_each_launch_for_sm90():
     sm_90 (no GPU): a top-p step is the first draw, its check, three (draw, check) rounds and the finish loop.
     Programs an SM follow the H200's register partitions (ncu: 96 registers, 1 warp -> 20; 111 -> 16;
     4 warps at 75 -> 6), not 65,536 / (regs x 32)."""
-    import importlib.util
     import os
-    import pathlib
     import subprocess
     import sys
 
-    path = pathlib.Path(__file__).parent.parent / "tools" / "kernel_resources.py"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(path.parent.parent)
-    out = subprocess.run([sys.executable, str(path), "--impl", "gumbel-max", "--R", "3", "--V", "3000",
+    env["PYTHONPATH"] = str(TOOLS.parent)
+    out = subprocess.run([sys.executable, str(TOOLS / "kernel_resources.py"), "--impl", "gumbel-max", "--R", "3", "--V", "3000",
                           "--top-p", "0.9"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ") and "`" in line]
     kernels = [r[1].strip().strip("`") for r in rows]
     assert kernels == ["_draw_kernel", "_check_kernel"] + ["_draw_kernel", "_check_kernel"] * 3 + ["_finish_kernel"]
     assert all(int(r[5]) > 0 and int(r[7]) > 0 for r in rows)  # registers and programs an SM
-    spec = importlib.util.spec_from_file_location("kernel_resources_under_test", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("kernel_resources")
     assert [tool.programs_per_sm(r, w) for r, w in ((96, 1), (111, 1), (75, 4), (128, 4), (32, 1))] == [20, 16, 6, 4, 32]
