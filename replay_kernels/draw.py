@@ -18,7 +18,7 @@ scores each tile that may hold the winner (largest bound first, read a second ti
 keeps its best (score, then smallest index).
 Bytes: reads each drawn row once from DRAM (4 or 2 B per element; tiles that pass the bound below
 again, mostly from cache; the rejected draft row too for ``MODE_RESIDUAL`` with draft logits, only in
-tiles that pass, except in ``TOP`` launches: every tile, then again for those that pass); reads a 4 B
+tiles that pass); reads a 4 B
 published best per load and the row's few listed tokens (below); writes 8 B per program and the token
 row. The last program of a row to arrive (an ``acq_rel`` counter per
 row, reset by that program) reduces the ``SPLITS`` partials (largest score, then smallest index),
@@ -62,6 +62,8 @@ NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best b
 REDUCE_CHUNK = 128       # partials reduced per step
 MAX_LISTED = 256         # hashes a program lists at most (8 a lane in one warp)
 LOAD_TILES = 2           # tiles a pruning program reads at once (2 and 4 measured; 1,024-lane tiles were slower)
+TOP_MAXNREG = 96         # register cap of an uncapped shape in launches that record each row's max (TOP): 20
+#                          programs an SM, no spills (tools/kernel_resources.py, triton 3.6; 111 registers, 16 before)
 ROW_HASHES = 4096        # the row's smallest hashes whose tokens its programs list, aimed at (see listed_hashes)
 # (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
 # measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions).
@@ -152,6 +154,34 @@ def _listed_best(r, s, key, mode, row_base, V, t, cv, ci, draft_ptr, d_stride, d
             best = m
             best_idx = tl.min(tl.where(score == m, offs, V), axis=0)
     return best, best_idx
+
+
+@triton.jit
+def _chunk_top(top, tile_max, row_base, start, hi, r, mode, t, cv, ci, dtok_ptr, TILES: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """``top`` raised to the largest processed value of the chunk just loaded (``TILES`` tiles of ``BLOCK`` lanes
+    from ``start``; no draft logits). The largest of its tile bounds ``tile_max`` (the largest raw value over the
+    temperature) is that value whenever the chunk's largest value is kept, and a chunk whose largest value is
+    dropped by the row's filter bound holds nothing above the row's largest value, which no bound drops: so the
+    row's maximum comes out exact without processing a lane. Lanes are processed only where that fails: a NaN
+    bound (NaN reads as -inf; whether max passes a NaN on differs between Triton backends) or the chunk that
+    holds a one-hot residual's rejected draft (left out of the residual); those lanes are read again, one tile
+    at a time (from L1 or L2). Processing every lane of every chunk cost 15 registers a thread: 16 instead of
+    20 programs an SM at R = 256 (tools/kernel_resources.py, ncu)."""
+    exact = tl.max((tile_max != tile_max).to(tl.int32), axis=0) > 0
+    if mode == MODE_RESIDUAL:
+        d = tl.load(dtok_ptr + r)
+        exact = exact | ((d >= start) & (d < start + TILES * BLOCK))
+    if exact:  # one tile at a time, as the scoring does
+        for i in tl.static_range(TILES):
+            lanes = start + i * BLOCK + tl.arange(0, BLOCK)
+            x = process_loaded(tl.load(row_base + lanes, mask=lanes < hi, other=float("-inf")), lanes, t, cv, ci)
+            if mode == MODE_RESIDUAL:
+                x = tl.where(lanes == tl.load(dtok_ptr + r), float("-inf"), x)
+            top = tl.maximum(top, tl.max(x, axis=0))
+    else:
+        top = tl.maximum(top, tl.max(tile_max, axis=0))
+    return top
 
 
 @triton.jit
@@ -251,8 +281,9 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
             ci = tl.load(cut_idx_ptr + row)
             key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
             # The residual with draft logits is at most log p = x - lse_t: its draft row and log1p are computed
-            # only in tiles that pass the bound (TOP needs exact values and computes it in every tile).
-            if HAS_DRAFT and not TOP:
+            # only in tiles that pass the bound. (No TOP launch has draft logits: only steps without them have
+            # sample-and-check rows; the row max such a launch records would be that bound, not the residual's.)
+            if HAS_DRAFT:
                 late = mode == MODE_RESIDUAL
             else:
                 late = False
@@ -279,17 +310,13 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                 if PRUNE or TOP:
                     offs = start + tile[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
                     raw = tl.load(row_base + offs, mask=offs < hi, other=float("-inf"))
-                    if TOP:  # exact processed maxima
-                        x = process_loaded(raw, offs, t, cv, ci)
-                        if mode == MODE_RESIDUAL:
-                            x = _residual(x, offs, offs < hi, r, draft_ptr, d_stride, drow_ptr, dtok_ptr,
-                                          lse_t_ptr, lse_q_ptr, req_temp_ptr, HAS_DRAFT)
-                        tile_max = tl.max(x, axis=1)
-                        top = tl.maximum(top, tl.max(tile_max, axis=0))
-                    else:  # bounds of the processed maxima: division is monotone, a filter only lowers values
-                        tile_max = tl.math.div_rn(tl.max(raw.to(tl.float32), axis=1), t)
-                        if late:
-                            tile_max = tile_max - tl.load(lse_t_ptr + r)
+                    # bounds of the processed maxima: division is monotone, a filter only lowers values
+                    tile_max = tl.math.div_rn(tl.max(raw.to(tl.float32), axis=1), t)
+                    if late:
+                        tile_max = tile_max - tl.load(lse_t_ptr + r)
+                    if TOP:  # the row's largest processed value
+                        top = _chunk_top(top, tile_max, row_base, start, hi, r, mode, t, cv, ci, dtok_ptr, TILES,
+                                         BLOCK)
                     # ``not <``: a NaN bound (a tile of only NaN, an infinite lse) keeps its tile
                     pending = tl.where(tile_max + cut < thr, 0, pending)
                 while tl.max(pending, axis=0) > 0:  # each pass clears one pending tile: at most TILES passes
@@ -400,6 +427,8 @@ class DrawScratch:
         """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``);
         ``block`` / ``warps`` / ``programs`` None: from the ``table`` (default DRAW_SHAPES) by ``num_rows``."""
         block, warps, programs, share, maxnreg = draw_shape(num_rows, block, warps, programs, table)
+        if track_top and maxnreg is None:
+            maxnreg = TOP_MAXNREG
         splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)

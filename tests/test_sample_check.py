@@ -14,6 +14,7 @@ from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle.rng import gumbel_row
 from replay_kernels import sample_check
 from replay_kernels.gumbel_max import GumbelMaxSampler
+from replay_kernels.stochastic import StochasticSampler
 from test_kernels import assert_repeatable_and_graph_capturable, compare, synthetic_step
 
 
@@ -138,6 +139,69 @@ def test_check_sums_each_span_once():
     assert 0 < lower < requests  # both tokens are drawn, and the lower one is kept
     impl = GumbelMaxSampler(block=64, programs=16, filter_span=256)  # check tiles of 256 = the span
     compare(step, impl.sample(step), want, max_near_ties=0)
+
+
+def _processed_max(row: torch.Tensor, temperature: float, skip: int = -1) -> float:
+    """The largest value of ``row / temperature`` (IEEE division, NaN read as -inf), token ``skip`` left out."""
+    x = row.float() / temperature
+    x = torch.where(torch.isnan(x), torch.tensor(float("-inf")), x)
+    if skip >= 0:
+        x[skip] = float("-inf")
+    return float(x.max())
+
+
+def _assert_first_draw_records_exact_maxima(vocab: int, device: str, **shape) -> None:
+    """Sample-and-check's first draw records each row's largest processed value (``draw.top``) from the tile
+    bounds; only a load with a NaN bound, or holding a one-hot residual's rejected draft, is processed lane by
+    lane. Rows here: NaN in whole loads and single lanes, temperatures 0.6 / 1.3, and verify requests whose
+    rejected draft is the row's largest value. Taking the bound of those loads gives the draft's value (or,
+    where the backend's max passes NaN on, NaN) instead of the largest value the residual keeps."""
+    requests = 8
+    step = _low_top_p_step(11, vocab, requests)
+    step.top_k[:] = 0
+    step.temperature = torch.tensor([1.0, 0.6, 1.3, 1.0, 0.6, 1.3, 1.0, 0.6])
+    logits = step.logits.clone()
+    logits[0, 128:128 + vocab // 8] = float("nan")  # whole loads of NaN
+    logits[1, 7] = float("nan")  # one NaN lane: that load's bound is NaN
+    logits[2, :] = float("nan")
+    logits[2, vocab - 2] = 1.0  # everything NaN but one token
+    step.logits = logits.to(step.logits.dtype)
+    impl = GumbelMaxSampler(**shape)
+    state = impl.prepare(step.to(device))
+    impl.launch(state)
+    want = [_processed_max(step.logits[r], float(step.temperature[r])) for r in range(requests)]
+    assert state.draw.top.tolist() == want
+
+    # verify, one draft a request, no draft logits: the draft is each row's largest value and is rejected
+    # (accepted only if u < p(draft), about 1e-3 here), so the draw row is the residual without it
+    verify = synthetic_step(12, vocab, requests, 1, ks=[1] * requests, greedy_frac=0.0, filters=False)
+    g = torch.Generator().manual_seed(12)
+    logits = torch.randn(verify.logits.shape, generator=g) * 0.5
+    drafts = torch.randint(0, vocab, (requests,), generator=g)
+    for r in range(requests):
+        logits[2 * r, drafts[r]] = float(logits[2 * r].max()) + 0.5
+    verify.logits = logits.to(verify.logits.dtype)
+    verify.draft_token_ids = torch.stack([drafts, torch.full_like(drafts, -1)], 1).flatten().to(torch.int32)
+    verify.temperature = torch.tensor([1.0, 0.6, 1.3, 1.0] * 2)
+    verify.top_p = torch.full((requests,), 0.5)
+    stochastic = StochasticSampler(**{("draw_block" if k == "block" else k): v for k, v in shape.items()})
+    state = stochastic.prepare(verify.to(device))
+    tokens, counts = stochastic.launch(state)
+    assert counts.tolist() == [1] * requests  # every draft rejected: the draw rows are the residuals
+    want = [_processed_max(verify.logits[2 * r], float(verify.temperature[r]), int(drafts[r]))
+            for r in range(requests)]
+    assert state.draw.top.tolist() == want
+    assert tokens.tolist() == ReferenceSampler().sample(verify).tokens.tolist()
+
+
+def test_first_draw_records_each_checked_rows_exact_max():
+    _assert_first_draw_records_exact_maxima(2001, "cpu", block=64, programs=8, filter_span=256)
+
+
+@pytest.mark.gpu
+def test_gpu_first_draw_records_each_checked_rows_exact_max():
+    """On the GPU too: whether max passes a NaN on differs between backends (the interpreter skips it)."""
+    _assert_first_draw_records_exact_maxima(151936, "cuda")
 
 
 def test_batch_composition_does_not_change_a_checked_row():
