@@ -99,7 +99,7 @@ def _stats_kernel(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, V,
         row_ptr = logits_ptr + row.to(tl.int64) * stride
         m = tl.full((), float("-inf"), tl.float32)
         acc = tl.zeros((), tl.float32)
-        for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+        for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
             x = _clean(row_ptr, start + tl.arange(0, BLOCK), V, t)
             m_new = tl.maximum(m, tl.max(x, axis=0))
             if m_new > float("-inf"):
@@ -125,7 +125,7 @@ def _mass_kernel(logits_ptr, stride, rows_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr
         vstar = tl.load(vstar_ptr + f)
         acc = tl.zeros((), tl.float32)
         cnt = tl.zeros((), tl.int32)
-        for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+        for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
             offs = start + tl.arange(0, BLOCK)
             x = _clean(row_ptr, offs, V, t)
             keep = (x >= L) & (x > float("-inf"))
@@ -206,7 +206,7 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
             cands = _candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
             cnt = tl.zeros([NC], dtype=tl.int32)
             mass = tl.zeros([NC], dtype=tl.float32)
-            for start in range(s * SPAN, s * SPAN + SPAN, BLOCK):
+            for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
                 offs = start + tl.arange(0, BLOCK)
                 valid = offs < V
                 x = _clean(row_ptr, offs, V, t)

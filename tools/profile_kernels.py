@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Where a sampler launch spends its device time, kernel by kernel (GPU; guides kernel work, issue 12).
 
-    python tools/profile_kernels.py [--vocab 248320] [--launches 20] [--sweep]
+    python tools/profile_kernels.py [--vocab 248320] [--launches 20] [--sequence] [--sweep]
 
 For each case (R requests, k drafts, top-p, top-k) on the benchmark's SYNTHETIC rows
 (replay_harness.bench.kernels.cases.Inputs: fp32 randn*3 plus one peak per row, temperature 1):
 ``gumbel-max`` (k = 0) or ``stochastic`` (k > 0) is prepared once, launched ``--launches`` times under
 torch.profiler (CUDA activity), and every kernel's device time is summed and divided by the launches:
 a table of µs per launch and calls per launch, per kernel, with the launch's total device time.
+``--sequence``: also the kernels of one launch in launch order (median device µs of each), and for verify
+steps with top-p the rows the exact-cut fallback lists on 20 more steps (how often its passes have work).
 
 ``--sweep``: the draw kernel's tile (BLOCK) and program count for plain samples at R = 1, 64 and 256,
 timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``, µs; the benchmark's "graph" column),
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 from collections import defaultdict
 
 import torch
@@ -53,7 +56,36 @@ def kernel_times(fn, launches: int) -> tuple[dict[str, list[float]], float]:
     return per, sum(v[0] for v in per.values())
 
 
-def profile_cases(V: int, launches: int) -> None:
+def launch_sequence(fn, launches: int) -> list[tuple[str, float]]:
+    """The kernels of one call of ``fn`` in launch order, each with its median device µs over ``launches``
+    calls profiled one at a time (after 3 warm-ups)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    calls = []
+    for _ in range(launches):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        calls.append([(e.name, e.time_range.elapsed_us()) for e in prof.events()
+                      if e.device_type == torch.autograd.DeviceType.CUDA])
+    return [(name, statistics.median(c[i][1] for c in calls if len(c) > i)) for i, (name, _) in enumerate(calls[0])]
+
+
+def fallback_rows(V: int, R: int, k: int, top_p: float, seeds: int) -> list[int]:
+    """Rows the exact-cut fallback of ``stochastic`` lists (undecided top-p accept tests) on ``seeds`` steps."""
+    impl, listed = StochasticSampler(), []
+    for seed in range(seeds):
+        state = impl.prepare(Inputs.make(V, R, k, seed=1000 + seed, device="cuda").step(top_p))
+        impl.launch(state)
+        listed.append(int((state.fallback.rows >= 0).sum()) if state.fallback is not None else 0)
+        del state
+    return listed
+
+
+def profile_cases(V: int, launches: int, sequence: bool) -> None:
     for R, k, top_p, top_k in CASES:
         inp = Inputs.make(V, R, k, seed=R * 10 + k, device="cuda")
         impl = GumbelMaxSampler() if k == 0 else StochasticSampler()
@@ -64,6 +96,12 @@ def profile_cases(V: int, launches: int) -> None:
         print("| kernel | µs / launch | calls / launch |\n|---|---:|---:|")
         for name, (us, calls) in sorted(per.items(), key=lambda kv: -kv[1][0]):
             print(f"| `{name[:60]}` | {us / launches:.1f} | {calls / launches:.2f} |")
+        if sequence:
+            print("\nLaunch sequence (median device µs):\n\n| # | kernel | µs |\n|---:|---|---:|")
+            for i, (name, us) in enumerate(launch_sequence(lambda: impl.launch(state), launches)):
+                print(f"| {i} | `{name[:60]}` | {us:.1f} |")
+            if k and top_p < 1.0:
+                print(f"\nRows the fallback lists, 20 SYNTHETIC steps (seeds 1000-1019): {fallback_rows(V, R, k, top_p, 20)}")
         del inp, state
         torch.cuda.empty_cache()
 
@@ -138,10 +176,12 @@ def main() -> None:
     ap.add_argument("--check-sweep", action="store_true", help="also sweep the check pass's tile and warps")
     ap.add_argument("--warps-sweep", action="store_true", help="also sweep the draw kernel's warps and tile")
     ap.add_argument("--no-profile", action="store_true", help="only the sweeps")
+    ap.add_argument("--sequence", action="store_true",
+                    help="also each case's kernels in launch order, and the rows the verify top-p fallback lists")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if not args.no_profile:
-        profile_cases(args.vocab, args.launches)
+        profile_cases(args.vocab, args.launches, args.sequence)
     if args.sweep:
         sweep(args.vocab)
     if args.check_sweep:
