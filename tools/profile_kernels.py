@@ -80,7 +80,9 @@ def fallback_rows(V: int, R: int, k: int, top_p: float, seeds: int) -> list[int]
     for seed in range(seeds):
         state = impl.prepare(Inputs.make(V, R, k, seed=1000 + seed, device="cuda").step(top_p))
         impl.launch(state)
-        listed.append(int((state.fallback.rows >= 0).sum()) if state.fallback is not None else 0)
+        fb = state.fallback
+        count = getattr(fb.filters, "count", None) if fb is not None else None  # a listed-rows count, or -1 pads
+        listed.append(0 if fb is None else int(count) if count is not None else int((fb.rows >= 0).sum()))
         del state
     return listed
 
