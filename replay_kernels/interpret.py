@@ -27,7 +27,7 @@ def skip_repeated_patching() -> bool:
     executor = getattr(interpreter, "GridExecutor", None)
     if getattr(original, "skips_repeats", False):
         return True
-    if not callable(original) or executor is None or not callable(getattr(executor, "__call__", None)):
+    if not callable(original) or executor is None:
         return False
     patched: set[int] = set()  # ids of the language modules the launch in progress has patched
     depth = [0]                # launches in progress (0 or 1: a kernel cannot launch a kernel)

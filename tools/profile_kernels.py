@@ -37,40 +37,35 @@ CASES = [  # (R, k, top_p, top_k)
 ]
 
 
-def kernel_times(fn, launches: int) -> tuple[dict[str, list[float]], float]:
-    """{kernel name: [total µs, calls]} over ``launches`` calls of ``fn`` (after 3 warm-ups), and the total."""
+def device_kernels(fn, calls: int, warmup: int = 3) -> list[tuple[str, float]]:
+    """(kernel name, device µs) of every kernel ``calls`` calls of ``fn`` run, in launch order (one
+    torch.profiler session, after ``warmup`` calls)."""
     from torch.profiler import ProfilerActivity, profile
 
-    for _ in range(3):
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(launches):
+        for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    return [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def kernel_times(fn, launches: int) -> tuple[dict[str, list[float]], float]:
+    """{kernel name: [total µs, calls]} over ``launches`` calls of ``fn`` (after 3 warm-ups), and the total."""
     per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name][0] += e.time_range.elapsed_us()
-            per[e.name][1] += 1
+    for name, us in device_kernels(fn, launches):
+        per[name][0] += us
+        per[name][1] += 1
     return per, sum(v[0] for v in per.values())
 
 
 def launch_sequence(fn, launches: int) -> list[tuple[str, float]]:
     """The kernels of one call of ``fn`` in launch order, each with its median device µs over ``launches``
     calls profiled one at a time (after 3 warm-ups)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    calls = []
-    for _ in range(launches):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        calls.append([(e.name, e.time_range.elapsed_us()) for e in prof.events()
-                      if e.device_type == torch.autograd.DeviceType.CUDA])
+    calls = [device_kernels(fn, 1, warmup=3 if i == 0 else 0) for i in range(launches)]
     return [(name, statistics.median(c[i][1] for c in calls if len(c) > i)) for i, (name, _) in enumerate(calls[0])]
 
 
@@ -80,9 +75,7 @@ def fallback_rows(V: int, R: int, k: int, top_p: float, seeds: int) -> list[int]
     for seed in range(seeds):
         state = impl.prepare(Inputs.make(V, R, k, seed=1000 + seed, device="cuda").step(top_p))
         impl.launch(state)
-        fb = state.fallback
-        count = getattr(fb.filters, "count", None) if fb is not None else None  # a listed-rows count, or -1 pads
-        listed.append(0 if fb is None else int(count) if count is not None else int((fb.rows >= 0).sum()))
+        listed.append(int((state.fallback.rows >= 0).sum()) if state.fallback is not None else 0)
         del state
     return listed
 
