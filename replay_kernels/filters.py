@@ -1,35 +1,30 @@
 """The filter bound ``(cut_val, cut_idx)`` of min-p / top-k / top-p rows, split across many programs per row.
 
-Same bound, same search as the oracle's rule (see :mod:`replay_kernels.params`
-for what the bound means): row max ``M``; min-p bound ``L = M + log(min_p)``;
-top-k: the k-th largest value by a 16-way search over the monotone int32 key
-of the fp32 bits (ties at the k-th value kept); top-p: the sum-exp ``S`` of the
-kept values, a 16-way search for the smallest kept value ``v*`` whose ascending
-cumulative mass exceeds ``1 - p``, the size and lower mass of the tie group at
-``v*``, and, when the oracle's stable sort cuts that group, a 16-way search over
-token ids for the cut index.
+Same bound, same search as the oracle's rule (see :mod:`replay_kernels.params` for what the bound means): row max
+``M``; min-p bound ``L = M + log(min_p)``; top-k: the k-th largest value by a 16-way search over the monotone int32
+key of the fp32 bits (ties at the k-th value kept); top-p: the sum-exp ``S`` of the kept values, a 16-way search for
+the smallest kept value ``v*`` whose ascending cumulative mass exceeds ``1 - p``, the size and lower mass of the tie
+group at ``v*``, and, when the oracle's stable sort cuts that group, a 16-way search over token ids for the cut
+index.
 
-Each pass over a row is one launch over grid ``(F, SPLITS)``: program (f, s)
-reads the span ``[s * FILTER_SPAN, (s + 1) * FILTER_SPAN)`` of filtered row f
-(V x 4 B per row per pass for fp32 logits) and writes its partial counts or
-masses for the round's 16 candidates (``SPLITS x 16 x 4 B`` per row). The next
-launch's programs each add the partials of their row in split order (so the
-sums are deterministic and do not depend on the batch: ``SPLITS`` depends on V
-only), narrow the interval, and evaluate the next candidates. Tiny ``(F,)``
-launches settle one search and set up the next. Launches per step: 1 stats
-pass, 8 rounds + 1 for top-k (only when some row has top-k), 1 sum pass (only
-with min-p or top-k), 8 rounds + 1 tie pass + 5 index rounds for top-p (only
-when some row has top-p), and 4 small settle / setup launches. A row that has
-converged, or does not use a stage, exits its programs after one load; so does a row -1 in ``rows``
-(a free slot of a list the verify fallback fills on the device). Inside a
-round only the lanes that can separate the candidates do the 16-way compare (keys
-inside the interval; top-p carries the mass below it from round to round, so the
-other lanes skip their exp), and a tile without such a lane skips it: after the
-first rounds most tiles cost only their load.
+Each pass over a row is one launch over grid ``(F, SPLITS)``: program (f, s) reads the span
+``[s * FILTER_SPAN, (s + 1) * FILTER_SPAN)`` of filtered row f (V x 4 B per row per pass for fp32 logits) and writes its partial counts or
+masses for the round's 16 candidates (``SPLITS x 16 x 4 B`` per row). The next launch's programs each add the
+partials of their row in split order (so the sums are deterministic and do not depend on the batch: ``SPLITS``
+depends on V only), narrow the interval, and evaluate the next candidates. Tiny ``(F,)`` launches settle one search
+and set up the next. Launches per step: 1 stats pass, 8 rounds + 1 for top-k (only when some row has top-k), 1 sum
+pass (only with min-p or top-k), 8 rounds + 1 tie pass + 5 index rounds for top-p (only when some row has top-p),
+and 4 small settle / setup launches. A row that has converged, or does not use a stage, exits its programs after one
+load. The rows are ``rows[:count]`` with ``count`` on the device, and the grid may have fewer programs along rows
+(G) than rows: program (g, s) then serves rows g, g + G, ... (the verify fallback lists its few rows on the device
+and launches ``FilterScratch.grid_rows`` of them instead of one a row of the step). Inside a round only the lanes
+that can separate the candidates do the 16-way compare (keys inside the interval; top-p carries the mass below it
+from round to round, so the other lanes skip their exp), and a tile without such a lane skips it: after the first
+rounds most tiles cost only their load.
 
-Near-ties: the cumulative mass is a sum of per-span fp32 sums (the oracle
-sums a sorted fp32 cumsum), so a top-p decision within rounding of ``1 - p``
-may differ; documented in docs/KERNELS.md and classified by the near-tie check.
+Near-ties: the cumulative mass is a sum of per-span fp32 sums (the oracle sums a sorted fp32 cumsum), so a top-p
+decision within rounding of ``1 - p`` may differ; documented in docs/KERNELS.md and classified by the near-tie
+check.
 """
 from __future__ import annotations
 
@@ -88,13 +83,12 @@ def _candidates(lo, hi, NC: tl.constexpr):
 
 
 @triton.jit
-def _stats_kernel(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, V, SPLITS,
+def _stats_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, pmax_ptr, psum_ptr, V, SPLITS,
                   SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    """Pass 1, grid (F, SPLITS): max and sum-exp (relative to that max) of the span's clean values."""
-    f = tl.program_id(0)
+    """Pass 1, grid (G, SPLITS): max and sum-exp (relative to that max) of the span's clean values."""
     s = tl.program_id(1)
-    row = tl.load(rows_ptr + f)
-    if row >= 0:
+    for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
+        row = tl.load(rows_ptr + f)
         t = tl.load(temp_ptr + row)
         row_ptr = logits_ptr + row.to(tl.int64) * stride
         m = tl.full((), float("-inf"), tl.float32)
@@ -110,32 +104,32 @@ def _stats_kernel(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, V,
 
 
 @triton.jit
-def _mass_kernel(logits_ptr, stride, rows_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr, V, SPLITS,
-                 TIES: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    """Grid (F, SPLITS): the span's sum of exp(x - M) over x >= L (``TIES``: over L <= x < v*, and the
-    count of x == v*). Rows whose stage is off (``lo_ptr`` holds +inf) exit at once."""
-    f = tl.program_id(0)
+def _mass_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr, V,
+                 SPLITS, TIES: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid (G, SPLITS): the span's sum of exp(x - M) over x >= L (``TIES``: over L <= x < v*, and the
+    count of x == v*). Rows whose stage is off (``lo_ptr`` holds +inf) are skipped at once."""
     s = tl.program_id(1)
-    L = tl.load(lo_ptr + f)
-    row = tl.load(rows_ptr + f)
-    if (L < float("inf")) & (row >= 0):
-        t = tl.load(temp_ptr + row)
-        M = tl.load(m_ptr + f)
-        row_ptr = logits_ptr + row.to(tl.int64) * stride
-        vstar = tl.load(vstar_ptr + f)
-        acc = tl.zeros((), tl.float32)
-        cnt = tl.zeros((), tl.int32)
-        for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
-            offs = start + tl.arange(0, BLOCK)
-            x = _clean(row_ptr, offs, V, t)
-            keep = (x >= L) & (x > float("-inf"))
+    for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
+        L = tl.load(lo_ptr + f)
+        row = tl.load(rows_ptr + f)
+        if L < float("inf"):
+            t = tl.load(temp_ptr + row)
+            M = tl.load(m_ptr + f)
+            row_ptr = logits_ptr + row.to(tl.int64) * stride
+            vstar = tl.load(vstar_ptr + f)
+            acc = tl.zeros((), tl.float32)
+            cnt = tl.zeros((), tl.int32)
+            for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
+                offs = start + tl.arange(0, BLOCK)
+                x = _clean(row_ptr, offs, V, t)
+                keep = (x >= L) & (x > float("-inf"))
+                if TIES:
+                    cnt += tl.sum(((offs < V) & (x == vstar)).to(tl.int32), axis=0)
+                    keep = keep & (x < vstar)
+                acc += tl.sum(tl.where(keep, tl.exp(x - M), 0.0), axis=0)
+            tl.store(psum_ptr + f * SPLITS + s, acc)
             if TIES:
-                cnt += tl.sum(((offs < V) & (x == vstar)).to(tl.int32), axis=0)
-                keep = keep & (x < vstar)
-            acc += tl.sum(tl.where(keep, tl.exp(x - M), 0.0), axis=0)
-        tl.store(psum_ptr + f * SPLITS + s, acc)
-        if TIES:
-            tl.store(pcnt_ptr + f * SPLITS + s, cnt)
+                tl.store(pcnt_ptr + f * SPLITS + s, cnt)
 
 
 @triton.jit
@@ -166,12 +160,12 @@ def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MO
 
 
 @triton.jit
-def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr,
-                  ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out, mass_out,
-                  V, SPLITS,
+def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr,
+                  vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out,
+                  mass_out, V, SPLITS,
                   MODE: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
                   NC: tl.constexpr):
-    """One search round, grid (F, SPLITS). The interval and the partials are double-buffered by round
+    """One search round, grid (G, SPLITS). The interval and the partials are double-buffered by round
     parity (``*_in`` from the previous round, ``*_out`` for the next), so no program of this launch
     overwrites what another still reads. Unless ``FIRST``, settle the previous round's candidates
     (every program of the row gets the same interval; program 0 stores it), then evaluate the new
@@ -181,10 +175,9 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
     for top-k (keys >= hi add to every count), keys in [lo, hi) for top-p (lower keys are the carried
     base mass, so their exp is skipped too), ties of v* for the index search; a tile without such a
     lane skips it. As the interval narrows most tiles stop after the load."""
-    f = tl.program_id(0)
     s = tl.program_id(1)
-    row = tl.load(rows_ptr + f)
-    if row >= 0:  # -1: a free slot of a list filled on the device
+    for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
+        row = tl.load(rows_ptr + f)
         lo = tl.load(lo_in + f)
         hi = tl.load(hi_in + f)
         below = tl.load(base_in + f)
@@ -238,14 +231,13 @@ def _round_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m
 
 
 @triton.jit
-def _step_kernel(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr,
+def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr,
                  bound_ptr, sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr,
                  lo_in, hi_in, base_in, cnt_in, mass_in, lo_out, hi_out, base_out, cut_val_ptr, cut_idx_ptr, V, SPLITS,
                  STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
-    """Grid (F,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
-    f = tl.program_id(0)
-    row = tl.load(rows_ptr + f)
-    if row >= 0:  # -1: a free slot of a list filled on the device
+    """Grid (G,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
+    for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
+        row = tl.load(rows_ptr + f)
         kk = tl.load(topk_ptr + row)
         p = tl.load(topp_ptr + row)
         zero64 = tl.zeros((), tl.int64)
@@ -360,7 +352,8 @@ class FilterScratch:
     [F, splits] float32, pcnt [F, splits] int32; per round: cnt [2, F, splits, WAYS] int32 and mass
     [2, F, splits, WAYS] float32 (partials, by round parity).
     Stage flags (host bools fixed at prepare time, so the launch sequence is graph-static):
-    any_topk, any_topp, any_bound (some top-p row also has min-p or top-k).
+    any_topk, any_topp, any_bound (some top-p row also has min-p or top-k). count [1] int32: the rows
+    searched (F unless a list filled on the device says fewer); grid_rows: programs along rows (G <= F).
     """
 
     splits: int
@@ -370,6 +363,8 @@ class FilterScratch:
     any_topk: bool
     any_topp: bool
     any_bound: bool
+    grid_rows: int = 1
+    count: torch.Tensor | None = None
     f32: dict = field(default_factory=dict)
     i32: dict = field(default_factory=dict)
     lo: torch.Tensor | None = None
@@ -380,12 +375,14 @@ class FilterScratch:
 
     @classmethod
     def allocate(cls, num_rows: int, vocab: int, device, *, any_topk: bool, any_topp: bool,
-                 any_bound: bool, span: int = FILTER_SPAN) -> "FilterScratch":
-        """``span``: elements per program (a power of two; tests shrink it to split small rows)."""
+                 any_bound: bool, span: int = FILTER_SPAN, grid_rows: int | None = None) -> "FilterScratch":
+        """``span``: elements per program (a power of two; tests shrink it to split small rows);
+        ``grid_rows``: programs along rows (default one a row)."""
         splits = max(1, triton.cdiv(vocab, span))
         fs = cls(splits=splits, span=span, block=min(span, FILTER_BLOCK), any_topk=any_topk, any_topp=any_topp,
                  any_bound=any_bound, idx_rounds=max(1, triton.cdiv(max(vocab - 1, 1).bit_length(), 4)))
         f = max(num_rows, 1)
+        fs.grid_rows, fs.count = min(f, grid_rows or f), torch.full((1,), num_rows, dtype=torch.int32, device=device)
         for name in ("bound", "sum_bound", "m", "s0", "s", "omp", "vstar"):
             fs.f32[name] = torch.empty(f, dtype=torch.float32, device=device)
         fs.f32["pmax"] = torch.empty((f, splits), dtype=torch.float32, device=device)
@@ -403,15 +400,16 @@ class FilterScratch:
 def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Tensor, log_min_p: torch.Tensor,
                    top_k: torch.Tensor, top_p: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,
                    fs: FilterScratch) -> None:
-    """Device work only (graph-capturable): write ``cut_val`` / ``cut_idx`` of the F rows in ``rows``."""
-    F, S, V = rows.numel(), fs.splits, logits.shape[1]
-    if F == 0:
+    """Device work only (graph-capturable): write ``cut_val`` / ``cut_idx`` of the rows ``rows[:fs.count]``."""
+    F, S, V = fs.grid_rows, fs.splits, logits.shape[1]
+    if rows.numel() == 0:
         return
     a, b = fs.f32, fs.i32
     common = dict(SPAN=fs.span, BLOCK=fs.block)
+    head = (logits, logits.stride(0), rows, fs.count, temp_div)  # what every pass over the rows reads first
 
     def step(kind, buf_in: int, part_in: int, buf_out: int):
-        _step_kernel[(F,)](rows, log_min_p, top_k, top_p, a["pmax"], a["psum"], b["pcnt"],
+        _step_kernel[(F,)](rows, fs.count, log_min_p, top_k, top_p, a["pmax"], a["psum"], b["pcnt"],
                            a["bound"], a["sum_bound"], a["m"], a["s0"], a["s"], a["omp"], a["vstar"], b["ndrop"],
                            fs.lo[buf_in], fs.hi[buf_in], fs.base[buf_in], fs.cnt[part_in], fs.mass[part_in],
                            fs.lo[buf_out], fs.hi[buf_out], fs.base[buf_out], cut_val, cut_idx, V, S,
@@ -419,7 +417,7 @@ def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Ten
 
     def search(mode, rounds: int) -> None:
         for r in range(rounds):
-            _round_kernel[(F, S)](logits, logits.stride(0), rows, temp_div, top_k, a["bound"], a["m"], a["s"],
+            _round_kernel[(F, S)](*head, top_k, a["bound"], a["m"], a["s"],
                                   a["omp"], a["vstar"], b["ndrop"], fs.lo[r % 2], fs.hi[r % 2], fs.base[r % 2],
                                   fs.lo[(r + 1) % 2], fs.hi[(r + 1) % 2], fs.base[(r + 1) % 2],
                                   fs.cnt[(r + 1) % 2], fs.mass[(r + 1) % 2],
@@ -427,10 +425,10 @@ def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Ten
                                   num_warps=8, **common)
 
     def mass(ties: bool) -> None:
-        _mass_kernel[(F, S)](logits, logits.stride(0), rows, temp_div, a["sum_bound"], a["m"], a["psum"], b["pcnt"],
-                             a["vstar"], V, S, TIES=ties, num_warps=8, **common)
+        _mass_kernel[(F, S)](*head, a["sum_bound"], a["m"], a["psum"], b["pcnt"], a["vstar"], V, S, TIES=ties,
+                             num_warps=8, **common)
 
-    _stats_kernel[(F, S)](logits, logits.stride(0), rows, temp_div, a["pmax"], a["psum"], V, S, num_warps=8, **common)
+    _stats_kernel[(F, S)](*head, a["pmax"], a["psum"], V, S, num_warps=8, **common)
     step(STEP_AFTER_STATS, 1, 1, 0)
     if fs.any_topk:
         search(SEARCH_TOPK, KEY_ROUNDS)

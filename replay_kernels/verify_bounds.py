@@ -82,25 +82,37 @@ def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p, 
     return verdict
 
 
+FALLBACK_GRID_ROWS = 32  # programs along rows of the fallback's filter passes (each serves every 32nd listed row)
+LIST_BLOCK = 1024        # rows a step of the one-program listing reads
+
+
 @triton.jit
 def _fallback_rows_kernel(cu_ptr, row_req_ptr, check_ptr, walk_ptr, pend_ptr, cut_val_ptr, cut_idx_ptr, fb_rows_ptr,
-                          fb_cut_val_ptr, fb_cut_idx_ptr):
-    """Grid (N,): copy the row's cut into the fallback's cut arrays, and list the row (else -1) when it
-    needs the exact top-p cut: a row of a pending request at or after its pending position."""
-    row = tl.program_id(0)
-    tl.store(fb_cut_val_ptr + row, tl.load(cut_val_ptr + row))
-    tl.store(fb_cut_idx_ptr + row, tl.load(cut_idx_ptr + row))
-    r = tl.load(row_req_ptr + row)
-    pending = (tl.load(walk_ptr + r) == WALK_PENDING) & (row - tl.load(cu_ptr + r) >= tl.load(pend_ptr + r))
-    listed = (tl.load(check_ptr + row) != 0) & pending
-    tl.store(fb_rows_ptr + row, tl.where(listed, row, -1))
+                          fb_count_ptr, fb_cut_val_ptr, fb_cut_idx_ptr, N, BLOCK: tl.constexpr):
+    """Grid (1,): copy every row's cut into the fallback's cut arrays, and list in row order (then their
+    count) the rows that need the exact top-p cut: a row of a pending request at or after its pending
+    position."""
+    listed = tl.zeros((), tl.int32)
+    for start in range(0, N, BLOCK):
+        row = start + tl.arange(0, BLOCK)
+        ok = row < N
+        tl.store(fb_cut_val_ptr + row, tl.load(cut_val_ptr + row, mask=ok), mask=ok)
+        tl.store(fb_cut_idx_ptr + row, tl.load(cut_idx_ptr + row, mask=ok), mask=ok)
+        r = tl.load(row_req_ptr + row, mask=ok, other=0)
+        pending = (tl.load(walk_ptr + r, mask=ok, other=0) == WALK_PENDING) & (row - tl.load(cu_ptr + r, mask=ok)
+                                                                               >= tl.load(pend_ptr + r, mask=ok))
+        need = (ok & pending & (tl.load(check_ptr + row, mask=ok, other=0) != 0)).to(tl.int32)
+        tl.store(fb_rows_ptr + listed + tl.cumsum(need, axis=0) - 1, row, mask=need > 0)
+        listed += tl.sum(need, axis=0)
+    tl.store(fb_count_ptr, listed)
 
 
 @dataclass
 class Fallback:
-    """Scratch of the fallback for N rows: rows [N] int32 (row or -1), the cut arrays the later
-    launches read, cut_val [N] float32 / cut_idx [N] int32, row_req [N] int32 (the request of each row),
-    and the filter passes' scratch over N rows (top-p stages)."""
+    """Scratch of the fallback for N rows: rows [N] int32 (the listed rows first, their count in
+    ``filters.count``), the cut arrays the later launches read, cut_val [N] float32 / cut_idx [N] int32,
+    row_req [N] int32 (the request of each row), and the filter passes' scratch over N rows (top-p
+    stages; FALLBACK_GRID_ROWS programs along rows)."""
 
     rows: torch.Tensor
     cut_val: torch.Tensor
@@ -115,15 +127,15 @@ class Fallback:
         return cls(rows=torch.empty(n, **i32), cut_val=torch.empty(n, dtype=torch.float32, device=device),
                    cut_idx=torch.empty(n, **i32), row_req=row_req.to(**i32),
                    filters=FilterScratch.allocate(n, vocab, device, any_topk=False, any_topp=True,
-                                                  any_bound=any_min_p, span=span))
+                                                  any_bound=any_min_p, span=span, grid_rows=FALLBACK_GRID_ROWS))
 
 
 def launch_fallback(fb: Fallback, logits: torch.Tensor, cu: torch.Tensor, params, walk: torch.Tensor,
                     pend: torch.Tensor) -> None:
     """Device work: list the rows that need the exact cut and search it into ``fb.cut_val`` /
     ``fb.cut_idx`` (every other row gets a copy of its prepared cut)."""
-    n = fb.row_req.numel()
-    _fallback_rows_kernel[(n,)](cu, fb.row_req, params.check, walk, pend, params.cut_val,
-                                params.cut_idx, fb.rows, fb.cut_val, fb.cut_idx, num_warps=1)
+    _fallback_rows_kernel[(1,)](cu, fb.row_req, params.check, walk, pend, params.cut_val, params.cut_idx, fb.rows,
+                                fb.filters.count, fb.cut_val, fb.cut_idx, fb.row_req.numel(), BLOCK=LIST_BLOCK,
+                                num_warps=4)
     launch_filters(logits, fb.rows, params.temp_div, params.log_min_p, params.top_k, params.top_p, fb.cut_val,
                    fb.cut_idx, fb.filters)

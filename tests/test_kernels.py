@@ -24,7 +24,7 @@ from replay_harness.impls.reference import ReferenceSampler  # noqa: E402
 from replay_harness.oracle.near_tie import is_near_tie  # noqa: E402
 from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params  # noqa: E402
 from replay_harness.recording.step import ROUTE_CODE, Step  # noqa: E402
-from replay_kernels import rng  # noqa: E402
+from replay_kernels import rng, verify_bounds  # noqa: E402
 from replay_kernels.params import apply_sampling_params as triton_params  # noqa: E402
 from replay_kernels.gumbel_max import GumbelMaxSampler  # noqa: E402
 from replay_kernels.serial_scan import SerialScanSampler  # noqa: E402
@@ -600,8 +600,8 @@ def top_p_verify_step(seed: int, vocab: int, num_requests: int, spike: float) ->
 def pending_requests(state) -> int:
     """Requests that went to the exact-cut fallback: they list two rows or more (a decided top-p request
     lists its draw row alone)."""
-    rows = state.fallback.rows.cpu()
-    req = state.fallback.row_req.cpu()[rows[rows >= 0].long()]
+    rows = state.fallback.rows.cpu()[:int(state.fallback.filters.count)]
+    req = state.fallback.row_req.cpu()[rows.long()]
     return int((torch.bincount(req, minlength=state.tokens.shape[0]) >= 2).sum())
 
 
@@ -615,20 +615,26 @@ def test_stochastic_top_p_bounds_match_reference(seed, vocab, spike):
     compare(step, impl.result(state, tokens, counts), ReferenceSampler().sample(step))
 
 
-def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs():
+def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch):
     """Across these steps some tests are decided by the bounds and some go to the exact fallback; both
-    give the reference's tokens (so neither path is dead code)."""
+    give the reference's tokens (so neither path is dead code). The same tokens again when the fallback's
+    passes have one program along rows, which then serves every row the fallback lists in turn."""
     impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
     pending = requests = 0
     for seed in range(100, 106):
         step = top_p_verify_step(seed, 200, 10, 0.0)
         # a small top-p on a small flat vocabulary: a wide band [p S, p S + e_2], pending more often
         step.top_p = torch.empty(step.num_requests).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(seed))
+        monkeypatch.setattr(verify_bounds, "FALLBACK_GRID_ROWS", 32)
         state = impl.prepare(step)
-        impl.launch(state)
+        tokens, counts = (x.clone() for x in impl.launch(state))
         pending += pending_requests(state)
         requests += int((step.num_drafts > 0).sum())
-        compare(step, impl.sample(step), ReferenceSampler().sample(step))
+        compare(step, impl.result(state, tokens, counts), ReferenceSampler().sample(step))
+        monkeypatch.setattr(verify_bounds, "FALLBACK_GRID_ROWS", 1)
+        one = impl.prepare(step)
+        assert one.fallback.filters.grid_rows == 1
+        assert [torch.equal(a, b) for a, b in zip(impl.launch(one), (tokens, counts))] == [True, True]
     assert 0 < pending < requests, (pending, requests)
 
 

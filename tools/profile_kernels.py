@@ -75,7 +75,7 @@ def fallback_rows(V: int, R: int, k: int, top_p: float, seeds: int) -> list[int]
     for seed in range(seeds):
         state = impl.prepare(Inputs.make(V, R, k, seed=1000 + seed, device="cuda").step(top_p))
         impl.launch(state)
-        listed.append(int((state.fallback.rows >= 0).sum()) if state.fallback is not None else 0)
+        listed.append(int(state.fallback.filters.count) if state.fallback is not None else 0)
         del state
     return listed
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran unchanged as the fourteenth session's first call (2026-12-01 21:25 UTC), the patch applied; the patch is now in the tree.
 # SCRATCH (prepared in the thirteenth session, for the next one's first device call; nothing here has run).
 # Before: git apply docs/bench/2026-12-01-h200-s13/scripts/fallback_grid32.patch, and
 #   rm -rf scratch/base && mkdir -p scratch/base && git archive HEAD replay_kernels | tar -x -C scratch/base
