@@ -7,8 +7,8 @@ the smallest kept value ``v*`` whose ascending cumulative mass exceeds ``1 - p``
 group at ``v*``, and, when the oracle's stable sort cuts that group, a 16-way search over token ids for the cut
 index.
 
-Each pass over a row is one launch over grid ``(F, SPLITS)``: program (f, s) reads the span
-``[s * FILTER_SPAN, (s + 1) * FILTER_SPAN)`` of filtered row f (V x 4 B per row per pass for fp32 logits) and writes its partial counts or
+Each pass over a row is one launch over grid ``(F, SPLITS)``: program (f, s) reads the span ``[s * FILTER_SPAN,
+(s + 1) * FILTER_SPAN)`` of filtered row f (V x 4 B per row per pass for fp32 logits) and writes its partial counts or
 masses for the round's 16 candidates (``SPLITS x 16 x 4 B`` per row). The next launch's programs each add the
 partials of their row in split order (so the sums are deterministic and do not depend on the batch: ``SPLITS``
 depends on V only), narrow the interval, and evaluate the next candidates. Tiny ``(F,)`` launches settle one search
@@ -19,8 +19,8 @@ load. The rows are ``rows[:count]`` with ``count`` on the device, and the grid m
 (G) than rows: program (g, s) then serves rows g, g + G, ... (the verify fallback lists its few rows on the device
 and launches ``FilterScratch.grid_rows`` of them instead of one a row of the step). Inside a round only the lanes
 that can separate the candidates do the 16-way compare (keys inside the interval; top-p carries the mass below it
-from round to round, so the other lanes skip their exp), and a tile without such a lane skips it: after the first
-rounds most tiles cost only their load.
+from round to round, so the other lanes skip their exp); a span without such a lane stops after one load of the
+whole span (after the first rounds, most spans), the others accumulate per lane and reduce once.
 
 Near-ties: the cumulative mass is a sum of per-span fp32 sums (the oracle sums a sorted fp32 cumsum), so a top-p
 decision within rounding of ``1 - p`` may differ; documented in docs/KERNELS.md and classified by the near-tie
@@ -35,7 +35,8 @@ import triton
 import triton.language as tl
 
 FILTER_SPAN = 8192   # elements of one row per program (fixed: the sums do not depend on the batch)
-FILTER_BLOCK = 1024  # elements per tile inside a span (per-lane [512, 16] accumulators measured slower)
+FILTER_BLOCK = 1024  # elements per tile inside a span (stats and mass passes)
+ROUND_BLOCK, ROUND_WARPS = 512, 8  # a search round's tile (per-lane [ROUND_BLOCK, 16] accumulators) and warps
 WAYS = 16            # candidates per round
 KEY_ROUNDS = 8       # 16-way rounds over a 32-bit key: ceil(32 / 4)
 
@@ -133,7 +134,8 @@ def _mass_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, lo_ptr, m_pt
 
 
 @triton.jit
-def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MODE: tl.constexpr, NC: tl.constexpr):
+def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS: tl.constexpr, kk, S, omp, ndrop, MODE: tl.constexpr,
+            NC: tl.constexpr):
     """The interval after the round that evaluated the candidates of [lo, hi]: the partials of row f
     added in split order, the predicate, the largest candidate where it holds. Top-p partials hold the
     mass of keys in [lo, c) only; ``below`` is the mass below lo, and the mass below the new lo is
@@ -142,7 +144,7 @@ def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MO
     j = tl.arange(0, NC)
     cnt = tl.zeros([NC], dtype=tl.int32)
     mass = tl.zeros([NC], dtype=tl.float32)
-    for s in range(0, SPLITS):
+    for s in tl.static_range(SPLITS):  # unrolled: the loads issue together, the adds stay in split order
         base = (f * SPLITS + s) * NC
         if MODE == SEARCH_TOPP:
             mass += tl.load(pmass_ptr + base + j)
@@ -160,21 +162,33 @@ def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS, kk, S, omp, ndrop, MO
 
 
 @triton.jit
+def _separating(x, offs, V, lo, hi, L, vstar, MODE: tl.constexpr):
+    """The lanes (clean values ``x`` at ``offs``) that can tell the candidates of a round apart."""
+    key = float_key(x)  # (the index search does not use it)
+    if MODE == SEARCH_TOPK:
+        inside = (offs < V) & (key > lo) & (key < hi)
+    elif MODE == SEARCH_TOPP:
+        inside = (offs < V) & (key >= lo) & (key < hi) & (x >= L) & (x > float("-inf"))
+    else:
+        inside = (offs < V) & (x == vstar)
+    return inside
+
+
+@triton.jit
 def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr,
                   vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out,
-                  mass_out, V, SPLITS,
+                  mass_out, V, SPLITS: tl.constexpr,
                   MODE: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
                   NC: tl.constexpr):
     """One search round, grid (G, SPLITS). The interval and the partials are double-buffered by round
     parity (``*_in`` from the previous round, ``*_out`` for the next), so no program of this launch
     overwrites what another still reads. Unless ``FIRST``, settle the previous round's candidates
     (every program of the row gets the same interval; program 0 stores it), then evaluate the new
-    candidates on the span.
-
-    Only the lanes that can tell the candidates apart pay for the 16-way compare: keys inside (lo, hi)
-    for top-k (keys >= hi add to every count), keys in [lo, hi) for top-p (lower keys are the carried
-    base mass, so their exp is skipped too), ties of v* for the index search; a tile without such a
-    lane skips it. As the interval narrows most tiles stop after the load."""
+    candidates on the span: keys inside (lo, hi) for top-k (keys >= hi add to every count), keys in
+    [lo, hi) for top-p (lower keys are the carried base mass, so their exp is skipped too), ties of v*
+    for the index search (``_separating``). The span is loaded whole first and stops there without such
+    a lane (one load, not a loop of dependent ones); otherwise each tile adds its compare to per-lane
+    [BLOCK, NC] accumulators, reduced once."""
     s = tl.program_id(1)
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
         row = tl.load(rows_ptr + f)
@@ -197,44 +211,38 @@ def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, b
             M = tl.load(m_ptr + f)
             vstar = tl.load(vstar_ptr + f)
             cands = _candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
+            offs = s * SPAN + tl.arange(0, SPAN)
+            x = _clean(row_ptr, offs, V, t)
             cnt = tl.zeros([NC], dtype=tl.int32)
-            mass = tl.zeros([NC], dtype=tl.float32)
-            for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
-                offs = start + tl.arange(0, BLOCK)
-                valid = offs < V
-                x = _clean(row_ptr, offs, V, t)
-                if MODE == SEARCH_TOPK:
-                    key = float_key(x)
-                    cnt += tl.sum((valid & (key >= hi)).to(tl.int32), axis=0)
-                    inside = valid & (key > lo) & (key < hi)
-                    if tl.max(inside.to(tl.int32), axis=0) > 0:
-                        hit = inside[:, None] & (key[:, None] >= cands[None, :])
-                        cnt += tl.sum(hit.to(tl.int32), axis=0)
-                elif MODE == SEARCH_TOPP:
-                    key = float_key(x)
-                    inside = valid & (key >= lo) & (key < hi) & (x >= L) & (x > float("-inf"))
-                    if tl.max(inside.to(tl.int32), axis=0) > 0:
-                        e = tl.where(inside, tl.exp(x - M), 0.0)
-                        hit = key[:, None] < cands[None, :]
-                        mass += tl.sum(tl.where(hit, e[:, None], 0.0), axis=0)
-                else:
-                    tie = valid & (x == vstar)
-                    if tl.max(tie.to(tl.int32), axis=0) > 0:
-                        hit = tie[:, None] & (offs[:, None] < cands[None, :])
-                        cnt += tl.sum(hit.to(tl.int32), axis=0)
-            base = (f * SPLITS + s) * NC
-            j = tl.arange(0, NC)
+            if MODE == SEARCH_TOPK:  # keys >= hi count for every candidate
+                cnt += tl.sum(((offs < V) & (float_key(x) >= hi)).to(tl.int32), axis=0)
+            acc_cnt = tl.zeros([BLOCK, NC], dtype=tl.int32)
+            acc_mass = tl.zeros([BLOCK, NC], dtype=tl.float32)
+            if tl.max(_separating(x, offs, V, lo, hi, L, vstar, MODE).to(tl.int32), axis=0) > 0:
+                for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
+                    offs_t = start + tl.arange(0, BLOCK)
+                    xt = _clean(row_ptr, offs_t, V, t)
+                    inside = _separating(xt, offs_t, V, lo, hi, L, vstar, MODE)
+                    if MODE == SEARCH_TOPK:
+                        acc_cnt += (inside[:, None] & (float_key(xt)[:, None] >= cands[None, :])).to(tl.int32)
+                    elif MODE == SEARCH_TOPP:
+                        e = tl.where(inside, tl.exp(xt - M), 0.0)
+                        acc_mass += tl.where(float_key(xt)[:, None] < cands[None, :], e[:, None], 0.0)
+                    else:
+                        acc_cnt += (inside[:, None] & (offs_t[:, None] < cands[None, :])).to(tl.int32)
+            base = (f * SPLITS + s) * NC + tl.arange(0, NC)
             if MODE == SEARCH_TOPP:
-                tl.store(mass_out + base + j, mass)
+                tl.store(mass_out + base, tl.sum(acc_mass, axis=0))
             else:
-                tl.store(cnt_out + base + j, cnt)
+                tl.store(cnt_out + base, cnt + tl.sum(acc_cnt, axis=0))
 
 
 @triton.jit
 def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr,
                  bound_ptr, sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr,
-                 lo_in, hi_in, base_in, cnt_in, mass_in, lo_out, hi_out, base_out, cut_val_ptr, cut_idx_ptr, V, SPLITS,
-                 STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
+                 lo_in, hi_in, base_in, cnt_in, mass_in, lo_out, hi_out, base_out, cut_val_ptr, cut_idx_ptr, V,
+                 SPLITS: tl.constexpr, STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr,
+                 NC: tl.constexpr):
     """Grid (G,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
         row = tl.load(rows_ptr + f)
@@ -243,10 +251,10 @@ def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr,
         zero64 = tl.zeros((), tl.int64)
         if STEP == STEP_AFTER_STATS:
             M = tl.full((), float("-inf"), tl.float32)
-            for s in range(0, SPLITS):
+            for s in tl.static_range(SPLITS):
                 M = tl.maximum(M, tl.load(pmax_ptr + f * SPLITS + s))
             S0 = tl.zeros((), tl.float32)
-            for s in range(0, SPLITS):
+            for s in tl.static_range(SPLITS):
                 ms = tl.load(pmax_ptr + f * SPLITS + s)
                 S0 += tl.where(ms > float("-inf"), tl.load(psum_ptr + f * SPLITS + s) * tl.exp(ms - M), 0.0)
             L = M + tl.load(logminp_ptr + row)
@@ -279,7 +287,7 @@ def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr,
             if HAS_BOUND_PASS:
                 if L > float("-inf"):
                     S = tl.zeros((), tl.float32)
-                    for s in range(0, SPLITS):
+                    for s in tl.static_range(SPLITS):
                         S += tl.load(psum_ptr + f * SPLITS + s)
             tl.store(s_ptr + f, S)
             tl.store(omp_ptr + f, 1.0 - p)
@@ -307,7 +315,7 @@ def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr,
             if vstar < float("inf"):
                 m = tl.zeros((), tl.int32)
                 below = tl.zeros((), tl.float32)
-                for s in range(0, SPLITS):
+                for s in tl.static_range(SPLITS):
                     m += tl.load(pcnt_ptr + f * SPLITS + s)
                     below += tl.load(psum_ptr + f * SPLITS + s)
                 if m > 1:
@@ -336,11 +344,6 @@ def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr,
                         cut_idx = lo.to(tl.int32)
             tl.store(cut_val_ptr + row, cut_val)
             tl.store(cut_idx_ptr + row, cut_idx)
-
-
-# ---------------------------------------------------------------------------
-# Host side
-# ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -385,8 +388,7 @@ class FilterScratch:
         fs.grid_rows, fs.count = min(f, grid_rows or f), torch.full((1,), num_rows, dtype=torch.int32, device=device)
         for name in ("bound", "sum_bound", "m", "s0", "s", "omp", "vstar"):
             fs.f32[name] = torch.empty(f, dtype=torch.float32, device=device)
-        fs.f32["pmax"] = torch.empty((f, splits), dtype=torch.float32, device=device)
-        fs.f32["psum"] = torch.empty((f, splits), dtype=torch.float32, device=device)
+        fs.f32.update({name: torch.empty((f, splits), dtype=torch.float32, device=device) for name in ("pmax", "psum")})
         fs.i32["ndrop"] = torch.zeros(f, dtype=torch.int32, device=device)
         fs.i32["pcnt"] = torch.empty((f, splits), dtype=torch.int32, device=device)
         fs.lo = torch.zeros((2, f), dtype=torch.int64, device=device)
@@ -422,7 +424,7 @@ def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Ten
                                   fs.lo[(r + 1) % 2], fs.hi[(r + 1) % 2], fs.base[(r + 1) % 2],
                                   fs.cnt[(r + 1) % 2], fs.mass[(r + 1) % 2],
                                   fs.cnt[r % 2], fs.mass[r % 2], V, S, MODE=mode, FIRST=r == 0, NC=WAYS,
-                                  num_warps=8, **common)
+                                  SPAN=fs.span, BLOCK=min(fs.span, ROUND_BLOCK), num_warps=ROUND_WARPS)
 
     def mass(ties: bool) -> None:
         _mass_kernel[(F, S)](*head, a["sum_bound"], a["m"], a["psum"], b["pcnt"], a["vstar"], V, S, TIES=ties,

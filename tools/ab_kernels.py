@@ -14,8 +14,11 @@ Timing: each case is prepared once per variant, then ``--rounds`` rounds, varian
 the rounds and its ratio to the reference. Cases: the SYNTHETIC bench rows
 (``replay_harness.bench.kernels.cases.Inputs``, seeded by (V, R, k) like the bench) and steps derived from
 the real recordings (``fixtures/real-draft-model``: Qwen2.5; ``fixtures/real-mixed``: SmolLM2), widened to
-V = 248,320. ``--cases`` keeps the cases whose label contains one of its comma-separated words; ``--kernels`` adds each
-variant's device time per kernel. A ``--set`` reaches what is read at call time (a shape table used when a
+V = 248,320. ``--steps N`` times N SYNTHETIC steps a case instead of one (seeds ``seed_of(V, R, k) + i``): a
+cell is then the median over the steps of each step's median, with the range over the steps (a verify step with
+top-p costs far more when its exact-cut fallback has rows to search, and the bench's one step may have none).
+``--cases`` keeps the cases whose label contains one of its comma-separated words; ``--kernels`` adds each
+variant's device time per kernel (of the first step). A ``--set`` reaches what is read at call time (a shape table used when a
 sampler is prepared), not a name another module imported at load time.
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ import statistics
 import sys
 
 V = 248320
-CASES = [  # (label, source, R, k, top_p)
+CASES = [  # (label, source, R, k, top_p[, top_k])
     ("Qwen2.5-derived plain R=256", "fixtures/real-draft-model", 256, 0, 1.0),
     ("Qwen2.5-derived plain R=64", "fixtures/real-draft-model", 64, 0, 1.0),
     ("Qwen2.5-derived verify k=4 R=256", "fixtures/real-draft-model", 256, 4, 1.0),
@@ -44,6 +47,7 @@ CASES = [  # (label, source, R, k, top_p)
     ("SYNTHETIC verify k=4 R=64", None, 64, 4, 1.0),
     ("SYNTHETIC verify k=4 R=256", None, 256, 4, 1.0),
     ("SYNTHETIC verify k=4 top-p 0.9 R=64", None, 64, 4, 0.9),
+    ("SYNTHETIC top-k 50 + top-p 0.9 R=64 (the search)", None, 64, 0, 0.9, 50),
 ]
 
 
@@ -71,7 +75,7 @@ def apply_set(pkg: str, assignment: str) -> None:
     setattr(module, attr, eval(expr, vars(module)))  # noqa: S307 (a developer's command line)
 
 
-def make_step(source: str | None, R: int, k: int, top_p: float):
+def make_step(source: str | None, R: int, k: int, top_p: float, i: int = 0, top_k: int = 0):
     import torch  # noqa: F401
 
     from replay_harness.bench.kernels.cases import Inputs
@@ -79,7 +83,7 @@ def make_step(source: str | None, R: int, k: int, top_p: float):
     from replay_harness.recording.store import Recording
 
     if source is None:
-        return Inputs.make(V, R, k, seed=Inputs.seed_of(V, R, k), device="cuda").step(top_p)
+        return Inputs.make(V, R, k, seed=Inputs.seed_of(V, R, k) + i, device="cuda").step(top_p, top_k)
     step, _ = next(derive_steps(Recording(source), batch=R, drafts=k, vocab=V, steps=1))
     return step.to("cuda")
 
@@ -92,6 +96,8 @@ def main() -> int:
                     help="override a module constant of one variant")
     ap.add_argument("--cases", default="", help="comma-separated words; keep the cases whose label has one")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=1,
+                    help="SYNTHETIC steps a case (different seeds); cells give the median and range over them")
     ap.add_argument("--kernels", action="store_true",
                     help="also each variant's device time per kernel (torch.profiler, 10 launches), after the table")
     args = ap.parse_args()
@@ -126,35 +132,43 @@ def main() -> int:
     print("|---|" + "---:|" * len(names) + "---|")
     differ = 0
     kernel_lines = []
-    for label, source, R, k, top_p in cases:
-        step = make_step(source, R, k, top_p)
-        states, outs = {}, {}
-        for name in names:
-            impl = impls[name][0 if k == 0 else 1]()
-            states[name] = (impl, impl.prepare(step))
-            tokens, counts = impl.launch(states[name][1])[:2]
-            outs[name] = (tokens.clone(), counts.clone())
-        same = all(torch.equal(outs[ref][i], outs[n][i]) for n in names for i in range(2))
-        differ += not same
-        times = {n: [] for n in names}
-        for _ in range(args.rounds):
+    for label, source, R, k, top_p, *top_k in cases:
+        per_step = {n: [] for n in names}
+        same = True
+        for i in range(args.steps if source is None else 1):
+            step = make_step(source, R, k, top_p, i, *top_k)
+            states, outs = {}, {}
             for name in names:
-                impl, state = states[name]
-                times[name].append(time_graph(lambda: impl.launch(state), 16, 50.0)[0])
-        med = {n: statistics.median(v) for n, v in times.items()}
-        cells = " | ".join(f"{med[n]:.1f}" + ("" if n == ref else f" ({med[n] / med[ref]:.3f})") for n in names)
-        print(f"| {label} | {cells} | {'same' if same else 'DIFFER'} |", flush=True)
-        if args.kernels:
-            from profile_kernels import kernel_times  # tools/profile_kernels.py, next to this script
+                impl = impls[name][0 if k == 0 else 1]()
+                states[name] = (impl, impl.prepare(step))
+                tokens, counts = impl.launch(states[name][1])[:2]
+                outs[name] = (tokens.clone(), counts.clone())
+            same &= all(torch.equal(outs[ref][j], outs[n][j]) for n in names for j in range(2))
+            times = {n: [] for n in names}
+            for _ in range(args.rounds):
+                for name in names:
+                    impl, state = states[name]
+                    times[name].append(time_graph(lambda: impl.launch(state), 16, 50.0)[0])
+            for n in names:
+                per_step[n].append(statistics.median(times[n]))
+            if args.kernels and i == 0:
+                from profile_kernels import kernel_times  # tools/profile_kernels.py, next to this script
 
-            for name in names:
-                impl, state = states[name]
-                per, total = kernel_times(lambda: impl.launch(state), 10)
-                top = sorted(per.items(), key=lambda kv: -kv[1][0])
-                kernel_lines.append(f"{label}, {name}: {total / 10:.1f} = " + " + ".join(
-                    f"{kernel} {t / 10:.1f} (x{calls / 10:g})" for kernel, (t, calls) in top))
-        del states, outs, step
-        torch.cuda.empty_cache()
+                for name in names:
+                    impl, state = states[name]
+                    per, total = kernel_times(lambda: impl.launch(state), 10)
+                    top = sorted(per.items(), key=lambda kv: -kv[1][0])
+                    kernel_lines.append(f"{label}, {name}: {total / 10:.1f} = " + " + ".join(
+                        f"{kernel} {t / 10:.1f} (x{calls / 10:g})" for kernel, (t, calls) in top))
+            del states, outs, step
+            torch.cuda.empty_cache()
+        differ += not same
+        med = {n: statistics.median(v) for n, v in per_step.items()}
+        spread = {n: f" [{min(v):.1f}-{max(v):.1f}]" if len(v) > 1 else "" for n, v in per_step.items()}
+        cells = " | ".join(f"{med[n]:.1f}" + ("" if n == ref else f" ({med[n] / med[ref]:.3f})") + spread[n]
+                           for n in names)
+        steps = f" ({len(per_step[ref])} steps)" if len(per_step[ref]) > 1 else ""
+        print(f"| {label}{steps} | {cells} | {'same' if same else 'DIFFER'} |", flush=True)
     if kernel_lines:
         print("\nDevice µs per launch by kernel (calls per launch):\n")
         print("\n".join(f"* {line}" for line in kernel_lines))
