@@ -35,7 +35,6 @@ import triton
 import triton.language as tl
 
 FILTER_SPAN = 8192   # elements of one row per program (fixed: the sums do not depend on the batch)
-FILTER_BLOCK = 1024  # elements per tile inside a span (stats and mass passes)
 ROUND_BLOCK, ROUND_WARPS = 512, 8  # a search round's tile (per-lane [ROUND_BLOCK, 16] accumulators) and warps
 WAYS = 16            # candidates per round
 KEY_ROUNDS = 8       # 16-way rounds over a 32-bit key: ceil(32 / 4)
@@ -85,52 +84,36 @@ def _candidates(lo, hi, NC: tl.constexpr):
 
 @triton.jit
 def _stats_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, pmax_ptr, psum_ptr, V, SPLITS,
-                  SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    """Pass 1, grid (G, SPLITS): max and sum-exp (relative to that max) of the span's clean values."""
+                  SPAN: tl.constexpr):
+    """Pass 1, grid (G, SPLITS): max and sum-exp (relative to that max) of the span's clean values (one load)."""
     s = tl.program_id(1)
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
         row = tl.load(rows_ptr + f)
-        t = tl.load(temp_ptr + row)
-        row_ptr = logits_ptr + row.to(tl.int64) * stride
-        m = tl.full((), float("-inf"), tl.float32)
-        acc = tl.zeros((), tl.float32)
-        for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
-            x = _clean(row_ptr, start + tl.arange(0, BLOCK), V, t)
-            m_new = tl.maximum(m, tl.max(x, axis=0))
-            if m_new > float("-inf"):
-                acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
-            m = m_new
+        x = _clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
+        m = tl.max(x, axis=0)
         tl.store(pmax_ptr + f * SPLITS + s, m)
-        tl.store(psum_ptr + f * SPLITS + s, acc)
+        tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(x > float("-inf"), tl.exp(x - m), 0.0), axis=0))
 
 
 @triton.jit
 def _mass_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr, V,
-                 SPLITS, TIES: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+                 SPLITS, TIES: tl.constexpr, SPAN: tl.constexpr):
     """Grid (G, SPLITS): the span's sum of exp(x - M) over x >= L (``TIES``: over L <= x < v*, and the
-    count of x == v*). Rows whose stage is off (``lo_ptr`` holds +inf) are skipped at once."""
+    count of x == v*), from one load of the span. Rows whose stage is off (``lo_ptr`` holds +inf) are
+    skipped at once."""
     s = tl.program_id(1)
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
         L = tl.load(lo_ptr + f)
         row = tl.load(rows_ptr + f)
         if L < float("inf"):
-            t = tl.load(temp_ptr + row)
-            M = tl.load(m_ptr + f)
-            row_ptr = logits_ptr + row.to(tl.int64) * stride
-            vstar = tl.load(vstar_ptr + f)
-            acc = tl.zeros((), tl.float32)
-            cnt = tl.zeros((), tl.int32)
-            for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
-                offs = start + tl.arange(0, BLOCK)
-                x = _clean(row_ptr, offs, V, t)
-                keep = (x >= L) & (x > float("-inf"))
-                if TIES:
-                    cnt += tl.sum(((offs < V) & (x == vstar)).to(tl.int32), axis=0)
-                    keep = keep & (x < vstar)
-                acc += tl.sum(tl.where(keep, tl.exp(x - M), 0.0), axis=0)
-            tl.store(psum_ptr + f * SPLITS + s, acc)
+            offs = s * SPAN + tl.arange(0, SPAN)
+            x = _clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
+            keep = (x >= L) & (x > float("-inf"))
             if TIES:
-                tl.store(pcnt_ptr + f * SPLITS + s, cnt)
+                tl.store(pcnt_ptr + f * SPLITS + s, tl.sum(((offs < V) & (x == tl.load(vstar_ptr + f))).to(tl.int32),
+                                                            axis=0))
+                keep = keep & (x < tl.load(vstar_ptr + f))
+            tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(keep, tl.exp(x - tl.load(m_ptr + f)), 0.0), axis=0))
 
 
 @triton.jit
@@ -361,7 +344,6 @@ class FilterScratch:
 
     splits: int
     span: int
-    block: int
     idx_rounds: int
     any_topk: bool
     any_topp: bool
@@ -382,7 +364,7 @@ class FilterScratch:
         """``span``: elements per program (a power of two; tests shrink it to split small rows);
         ``grid_rows``: programs along rows (default one a row)."""
         splits = max(1, triton.cdiv(vocab, span))
-        fs = cls(splits=splits, span=span, block=min(span, FILTER_BLOCK), any_topk=any_topk, any_topp=any_topp,
+        fs = cls(splits=splits, span=span, any_topk=any_topk, any_topp=any_topp,
                  any_bound=any_bound, idx_rounds=max(1, triton.cdiv(max(vocab - 1, 1).bit_length(), 4)))
         f = max(num_rows, 1)
         fs.grid_rows, fs.count = min(f, grid_rows or f), torch.full((1,), num_rows, dtype=torch.int32, device=device)
@@ -407,7 +389,6 @@ def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Ten
     if rows.numel() == 0:
         return
     a, b = fs.f32, fs.i32
-    common = dict(SPAN=fs.span, BLOCK=fs.block)
     head = (logits, logits.stride(0), rows, fs.count, temp_div)  # what every pass over the rows reads first
 
     def step(kind, buf_in: int, part_in: int, buf_out: int):
@@ -428,9 +409,9 @@ def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Ten
 
     def mass(ties: bool) -> None:
         _mass_kernel[(F, S)](*head, a["sum_bound"], a["m"], a["psum"], b["pcnt"], a["vstar"], V, S, TIES=ties,
-                             num_warps=8, **common)
+                             SPAN=fs.span, num_warps=8)
 
-    _stats_kernel[(F, S)](*head, a["pmax"], a["psum"], V, S, num_warps=8, **common)
+    _stats_kernel[(F, S)](*head, a["pmax"], a["psum"], V, S, SPAN=fs.span, num_warps=8)
     step(STEP_AFTER_STATS, 1, 1, 0)
     if fs.any_topk:
         search(SEARCH_TOPK, KEY_ROUNDS)

@@ -46,12 +46,12 @@ import triton.language as tl
 
 from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch, noised_score
 from .partials import last_to_arrive
-from .filters import FILTER_BLOCK, FILTER_SPAN
+from .filters import FILTER_SPAN
 from .params import load_processed
 from .rng import murmur3_finish, murmur3_row_key
 
 EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
-CHECK_BLOCK = FILTER_BLOCK  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
+CHECK_BLOCK = 1024  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
 # Later checks and draws of sample-and-check run over the list of rows still open: grid (row_slots, SPLITS), one
 # slot per ROWS_PER_SLOT requests (top-p 0.9 leaves about one row in ten open), each open row split like a draw of
 # ROUND_SPLIT_AS_ROWS rows (31 programs of four 2048-lane tiles at V = 248,320), in 2048-lane tiles of 8 warps

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SCRATCH (fourteenth session): the search rounds' span pre-test and per-lane accumulators, A/B over 20 steps.
 # Before: rm -rf scratch/base && mkdir -p scratch/base && git archive eb59159 replay_kernels | tar -x -C scratch/base
-# run(command="timeout 560 bash docs/bench/2026-12-01-h200-s14/ab_rounds.sh", carry=["scratch", ".peers"])
+# run(command="timeout 560 bash docs/bench/2026-12-01-h200-s14/scripts/ab_rounds.sh", carry=["scratch", ".peers"])
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 mkdir -p /tmp/o
