@@ -14,9 +14,10 @@ Timing: each case is prepared once per variant, then ``--rounds`` rounds, varian
 the rounds and its ratio to the reference. Cases: the SYNTHETIC bench rows
 (``replay_harness.bench.kernels.cases.Inputs``, seeded by (V, R, k) like the bench) and steps derived from
 the real recordings (``fixtures/real-draft-model``: Qwen2.5; ``fixtures/real-mixed``: SmolLM2), widened to
-V = 248,320. ``--steps N`` times N SYNTHETIC steps a case instead of one (seeds ``seed_of(V, R, k) + i``): a
-cell is then the median over the steps of each step's median, with the range over the steps (a verify step with
-top-p costs far more when its exact-cut fallback has rows to search, and the bench's one step may have none).
+V = 248,320 (a real case with ``top_p`` < 1 sets every request to it, at the recorded temperatures).
+``--steps N`` times N SYNTHETIC steps a case instead of one (seeds ``seed_of(V, R, k) + i``): a cell is then
+the median over the steps of each step's median, with the range over the steps (a verify step with top-p costs
+far more when its exact-cut fallback has rows to search, and the bench's one step may have none).
 ``--cases`` keeps the cases whose label contains one of its comma-separated words; ``--kernels`` adds each
 variant's device time per kernel (of the first step). A ``--set`` reaches what is read at call time (a shape table used when a
 sampler is prepared), not a name another module imported at load time.
@@ -36,6 +37,8 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("Qwen2.5-derived plain R=64", "fixtures/real-draft-model", 64, 0, 1.0),
     ("Qwen2.5-derived verify k=4 R=256", "fixtures/real-draft-model", 256, 4, 1.0),
     ("Qwen2.5-derived verify k=4 R=64", "fixtures/real-draft-model", 64, 4, 1.0),
+    ("Qwen2.5-derived top-p 0.9 R=256", "fixtures/real-draft-model", 256, 0, 0.9),
+    ("Qwen2.5-derived top-p 0.9 R=64", "fixtures/real-draft-model", 64, 0, 0.9),
     ("SmolLM2-derived plain R=256", "fixtures/real-mixed", 256, 0, 1.0),
     ("SYNTHETIC plain R=1", None, 1, 0, 1.0),
     ("SYNTHETIC plain R=8", None, 8, 0, 1.0),
@@ -76,7 +79,7 @@ def apply_set(pkg: str, assignment: str) -> None:
 
 
 def make_step(source: str | None, R: int, k: int, top_p: float, i: int = 0, top_k: int = 0):
-    import torch  # noqa: F401
+    import torch
 
     from replay_harness.bench.kernels.cases import Inputs
     from replay_harness.recording.derive import derive_steps
@@ -85,6 +88,8 @@ def make_step(source: str | None, R: int, k: int, top_p: float, i: int = 0, top_
     if source is None:
         return Inputs.make(V, R, k, seed=Inputs.seed_of(V, R, k) + i, device="cuda").step(top_p, top_k)
     step, _ = next(derive_steps(Recording(source), batch=R, drafts=k, vocab=V, steps=1))
+    if top_p < 1.0:  # the recorded temperatures, every request at this top-p
+        step.top_p = torch.full_like(step.top_p, top_p)
     return step.to("cuda")
 
 
