@@ -7,6 +7,8 @@ path where the launched rounds do not settle a row and the one-program-per-row f
 """
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 
@@ -233,3 +235,30 @@ def test_gpu_checked_rows_exact_deterministic_and_graph_capturable(vocab):
         assert state.check is not None
         compare(step, impl.sample(step), ReferenceSampler().sample(step.to("cpu")))
         assert_repeatable_and_graph_capturable(impl, state)
+
+
+@pytest.mark.parametrize("top_p", [1e-9, 2.0 ** -26])
+def test_top_p_below_fp32_resolution_keeps_the_largest_value(top_p):
+    """A top-p so small that ``1 - p`` rounds to 1 in fp32 keeps only each row's largest value (the oracle
+    always keeps it). No drawn token passes ``low / S > 1 - p`` then: the check keeps the top of the order
+    (``low == S``), or the finish loop draws forever (a hang on the GPU; found in review). Plain and verify
+    steps; a regression fails on the alarm instead of hanging the suite."""
+    def timeout(*_):
+        raise TimeoutError("sample-and-check did not settle a row")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(300)
+    try:
+        plain = _plain(7, 300, 6, filters=False)
+        verify = synthetic_step(8, 300, 4, 2, ks=[2] * 4, greedy_frac=0.0, filters=False)
+        for step, impl in ((plain, GumbelMaxSampler(block=64, programs=16, filter_span=128)),
+                           (verify, StochasticSampler(stats_block=64, draw_block=64, stats_span=128,
+                                                      filter_span=128))):
+            step.top_p = torch.full_like(step.top_p, top_p)
+            step.top_k = torch.zeros_like(step.top_k)
+            step.min_p = torch.zeros_like(step.min_p)
+            step.temperature = torch.ones_like(step.temperature)
+            compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
