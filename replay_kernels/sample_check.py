@@ -129,8 +129,10 @@ def _verdict(pall_ptr, plow_ptr, pcnt_ptr, base, SPLITS, xc, kk, p):
         low += tl.load(plow_ptr + base + s, cache_modifier=".cg")
         cnt += tl.load(pcnt_ptr + base + s, cache_modifier=".cg")
     kept = cnt < kk
-    if p < 1.0:  # low == S: nothing kept is above the token, the top of the order, which top-p always keeps
-        kept = kept & ((low / S > 1.0 - p) | (low == S))  # (below 2^-25, 1 - p rounds to 1: nothing passes)
+    if p < 1.0:  # the oracle's drop rule negated (a NaN mass, from a +inf maximum, drops nothing), and
+        # low == S: nothing kept is above the token, the top of the order, which top-p always keeps (below
+        # p = 2^-25, 1 - p rounds to 1: no token passes the first test)
+        kept = kept & (~(low / S <= 1.0 - p) | (low == S))
     return kept | (xc == float("-inf"))
 
 

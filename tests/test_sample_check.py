@@ -237,12 +237,14 @@ def test_gpu_checked_rows_exact_deterministic_and_graph_capturable(vocab):
         assert_repeatable_and_graph_capturable(impl, state)
 
 
-@pytest.mark.parametrize("top_p", [1e-9, 2.0 ** -26])
-def test_top_p_below_fp32_resolution_keeps_the_largest_value(top_p):
+@pytest.mark.parametrize("top_p,temperature", [(1e-9, 1.0), (2.0 ** -26, 1.0), (0.5, 1e-39)])
+def test_top_p_keeps_the_largest_value_when_fp32_cannot_tell(top_p, temperature):
     """A top-p so small that ``1 - p`` rounds to 1 in fp32 keeps only each row's largest value (the oracle
-    always keeps it). No drawn token passes ``low / S > 1 - p`` then: the check keeps the top of the order
-    (``low == S``), or the finish loop draws forever (a hang on the GPU; found in review). Plain and verify
-    steps; a regression fails on the alarm instead of hanging the suite."""
+    always keeps it): no drawn token passes ``low / S > 1 - p``, so the check keeps the top of the order
+    (``low == S``), or the finish loop draws forever (a hang on the GPU; found in review). A temperature of
+    1e-39 sends one token per row to +inf and the rest to -inf: the check's mass is NaN, which the oracle's
+    drop rule (``cum <= 1 - p``) never drops, so the check must not reject it either (it emitted token 0).
+    Plain and verify steps; a regression that hangs fails on the alarm instead."""
     def timeout(*_):
         raise TimeoutError("sample-and-check did not settle a row")
 
@@ -254,10 +256,14 @@ def test_top_p_below_fp32_resolution_keeps_the_largest_value(top_p):
         for step, impl in ((plain, GumbelMaxSampler(block=64, programs=16, filter_span=128)),
                            (verify, StochasticSampler(stats_block=64, draw_block=64, stats_span=128,
                                                       filter_span=128))):
+            if temperature < 1.0:  # negative logits but one positive token a row: -inf and one +inf
+                logits = torch.randn(step.logits.shape, generator=torch.Generator().manual_seed(1)) - 5.0
+                logits[torch.arange(logits.shape[0]), torch.arange(logits.shape[0]) * 7 % 300] = 1.0
+                step.logits = logits
             step.top_p = torch.full_like(step.top_p, top_p)
             step.top_k = torch.zeros_like(step.top_k)
             step.min_p = torch.zeros_like(step.min_p)
-            step.temperature = torch.ones_like(step.temperature)
+            step.temperature = torch.full_like(step.temperature, temperature)
             compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
     finally:
         signal.alarm(0)
