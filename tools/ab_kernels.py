@@ -19,8 +19,8 @@ V = 248,320 (a real case with ``top_p`` < 1 sets every request to it, at the rec
 the median over the steps of each step's median, with the range over the steps (a verify step with top-p costs
 far more when its exact-cut fallback has rows to search, and the bench's one step may have none).
 ``--cases`` keeps the cases whose label contains one of its comma-separated words; ``--kernels`` adds each
-variant's device time per kernel (of the first step). A ``--set`` reaches what is read at call time (a shape table used when a
-sampler is prepared), not a name another module imported at load time.
+variant's device time per kernel (of the first step). A ``--set`` reaches what is read at call time (a shape
+table used when a sampler is prepared), not a name another module imported at load time.
 """
 from __future__ import annotations
 

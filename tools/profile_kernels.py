@@ -96,7 +96,8 @@ def profile_cases(V: int, launches: int, sequence: bool) -> None:
             for i, (name, us) in enumerate(launch_sequence(lambda: impl.launch(state), launches)):
                 print(f"| {i} | `{name[:60]}` | {us:.1f} |")
             if k and top_p < 1.0:
-                print(f"\nRows the fallback lists, 20 SYNTHETIC steps (seeds 1000-1019): {fallback_rows(V, R, k, top_p, 20)}")
+                rows = fallback_rows(V, R, k, top_p, 20)
+                print(f"\nRows the fallback lists, 20 SYNTHETIC steps (seeds 1000-1019): {rows}")
         del inp, state
         torch.cuda.empty_cache()
 
