@@ -47,7 +47,7 @@ import triton.language as tl
 
 from .filters import float_key, key_to_float
 from .params import load_processed, process_loaded
-from .partials import better, block_argmax, block_max, last_to_arrive
+from .partials import better, block_argmax, block_max, held_once, last_to_arrive
 from .rng import (gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_preimage, murmur3_row_key,
                   uniform_to_gumbel)
 
@@ -231,6 +231,7 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
     """Grid (R, SPLITS): program (r, s) draws span s of request r. ``LIST`` (a later draw of sample-and-check):
     grid (G, SPLITS), program (g, s) draws span s of requests ``list[g], list[g + G], ...`` (the
     ``list_len[0]`` requests still open; the others' outputs are written)."""
+    tl.static_assert(not (TOP and LIST), "top[1] is addressed by the grid's rows: TOP launches are never LIST")
     if LIST:
         for j in range(tl.program_id(0), tl.load(list_len_ptr), tl.num_programs(0)):
             _draw_span(tl.load(list_ptr + j), tl.program_id(1), logits_ptr, l_stride, draft_ptr, d_stride,
@@ -351,8 +352,14 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
         if mode != MODE_NONE:
             _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
             tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
-            if TOP:  # the row's largest processed value (sample-and-check sums exp(x - top))
-                tl.store(top_ptr + r, block_max(part_top_ptr, r * SPLITS, SPLITS, CHUNK))
+            if TOP:  # the row's largest processed value (sample-and-check sums exp(x - top)), one lane's or not
+                top = block_max(part_top_ptr, r * SPLITS, SPLITS, CHUNK)
+                tl.store(top_ptr + r, top)
+                row = tl.load(row_ptr + r)
+                tl.store(top_ptr + tl.num_programs(0) + r, held_once(  # top[1]: grid (R, SPLITS), never LIST
+                    part_top_ptr, r * SPLITS, SPLITS, top, mode == MODE_TARGET,
+                    logits_ptr + row.to(tl.int64) * l_stride, tl.load(temp_div_ptr + row),
+                    tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row), span, V, BLOCK, CHUNK))
         for j in range(count, W):
             tl.store(tokens_ptr + r * tok_stride + j, -1)
         tl.store(counts_ptr + r, count)
@@ -372,8 +379,9 @@ class DrawScratch:
     """Per-launch scratch of :func:`_draw_kernel` for R rows: partials [R, splits] float32 / int32 and
     the per-row arrival counters [R] int32 (zero between launches: the last program resets them) and
     published bests ``row_best`` [R] int32 (``float_key``; NO_BEST between launches, reset likewise).
-    ``track_top``: the launch also writes each row's largest processed value to ``top`` [R] float32
-    (partials ``part_top`` [R, splits]); sample-and-check's first draw does (its checks sum exp(x - top)).
+    ``track_top``: the launch also writes each row's largest processed value to ``top[0]`` ([2, R] float32;
+    partials ``part_top`` [R, splits]) and 1.0 to ``top[1]`` where one lane of a TARGET row holds it
+    (``partials.held_once``); sample-and-check's first draw does (its checks sum exp(x - top)).
     ``block`` / ``warps`` / ``share`` / ``maxnreg``: the launch's tile, warps per program, whether its programs
     share the row best, and its register cap a thread (:func:`draw_shape`); ``prune``: whether tiles are bounded
     before they are scored (not when every program has one tile and shares nothing: its threshold is -inf at its
@@ -435,7 +443,7 @@ class DrawScratch:
         return cls(part_max=torch.empty((rows, splits), **f32),
                    part_arg=torch.empty((rows, splits), dtype=torch.int32, device=device),
                    part_top=torch.empty((rows, splits) if track_top else (1,), **f32),
-                   top=torch.empty(rows if track_top else 1, **f32), track_top=track_top, block=block, warps=warps,
-                   share=share, maxnreg=maxnreg,
+                   top=torch.empty((2, rows) if track_top else (1,), **f32), track_top=track_top, block=block,
+                   warps=warps, share=share, maxnreg=maxnreg,
                    arrivals=torch.zeros(rows, dtype=torch.int32, device=device), splits=splits, span=span,
                    row_best=torch.full((rows,), NO_BEST.value, dtype=torch.int32, device=device))

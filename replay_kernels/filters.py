@@ -34,6 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launches import launch
+
 FILTER_SPAN = 8192   # elements of one row per program (fixed: the sums do not depend on the batch)
 ROUND_BLOCK, ROUND_WARPS = 512, 8  # a search round's tile (per-lane [ROUND_BLOCK, 16] accumulators) and warps
 WAYS = 16            # candidates per round
@@ -392,26 +394,26 @@ def launch_filters(logits: torch.Tensor, rows: torch.Tensor, temp_div: torch.Ten
     head = (logits, logits.stride(0), rows, fs.count, temp_div)  # what every pass over the rows reads first
 
     def step(kind, buf_in: int, part_in: int, buf_out: int):
-        _step_kernel[(F,)](rows, fs.count, log_min_p, top_k, top_p, a["pmax"], a["psum"], b["pcnt"],
-                           a["bound"], a["sum_bound"], a["m"], a["s0"], a["s"], a["omp"], a["vstar"], b["ndrop"],
-                           fs.lo[buf_in], fs.hi[buf_in], fs.base[buf_in], fs.cnt[part_in], fs.mass[part_in],
-                           fs.lo[buf_out], fs.hi[buf_out], fs.base[buf_out], cut_val, cut_idx, V, S,
-                           STEP=kind, HAS_BOUND_PASS=fs.any_bound, HAS_TOPP=fs.any_topp, NC=WAYS, num_warps=1)
+        launch(_step_kernel, (F,), rows, fs.count, log_min_p, top_k, top_p, a["pmax"], a["psum"], b["pcnt"],
+               a["bound"], a["sum_bound"], a["m"], a["s0"], a["s"], a["omp"], a["vstar"], b["ndrop"],
+               fs.lo[buf_in], fs.hi[buf_in], fs.base[buf_in], fs.cnt[part_in], fs.mass[part_in],
+               fs.lo[buf_out], fs.hi[buf_out], fs.base[buf_out], cut_val, cut_idx, V, S,
+               STEP=kind, HAS_BOUND_PASS=fs.any_bound, HAS_TOPP=fs.any_topp, NC=WAYS, num_warps=1)
 
     def search(mode, rounds: int) -> None:
         for r in range(rounds):
-            _round_kernel[(F, S)](*head, top_k, a["bound"], a["m"], a["s"],
-                                  a["omp"], a["vstar"], b["ndrop"], fs.lo[r % 2], fs.hi[r % 2], fs.base[r % 2],
-                                  fs.lo[(r + 1) % 2], fs.hi[(r + 1) % 2], fs.base[(r + 1) % 2],
-                                  fs.cnt[(r + 1) % 2], fs.mass[(r + 1) % 2],
-                                  fs.cnt[r % 2], fs.mass[r % 2], V, S, MODE=mode, FIRST=r == 0, NC=WAYS,
-                                  SPAN=fs.span, BLOCK=min(fs.span, ROUND_BLOCK), num_warps=ROUND_WARPS)
+            launch(_round_kernel, (F, S), *head, top_k, a["bound"], a["m"], a["s"],
+                   a["omp"], a["vstar"], b["ndrop"], fs.lo[r % 2], fs.hi[r % 2], fs.base[r % 2],
+                   fs.lo[(r + 1) % 2], fs.hi[(r + 1) % 2], fs.base[(r + 1) % 2],
+                   fs.cnt[(r + 1) % 2], fs.mass[(r + 1) % 2],
+                   fs.cnt[r % 2], fs.mass[r % 2], V, S, MODE=mode, FIRST=r == 0, NC=WAYS,
+                   SPAN=fs.span, BLOCK=min(fs.span, ROUND_BLOCK), num_warps=ROUND_WARPS)
 
     def mass(ties: bool) -> None:
-        _mass_kernel[(F, S)](*head, a["sum_bound"], a["m"], a["psum"], b["pcnt"], a["vstar"], V, S, TIES=ties,
-                             SPAN=fs.span, num_warps=8)
+        launch(_mass_kernel, (F, S), *head, a["sum_bound"], a["m"], a["psum"], b["pcnt"], a["vstar"], V, S, TIES=ties,
+               SPAN=fs.span, num_warps=8)
 
-    _stats_kernel[(F, S)](*head, a["pmax"], a["psum"], V, S, SPAN=fs.span, num_warps=8)
+    launch(_stats_kernel, (F, S), *head, a["pmax"], a["psum"], V, S, SPAN=fs.span, num_warps=8)
     step(STEP_AFTER_STATS, 1, 1, 0)
     if fs.any_topk:
         search(SEARCH_TOPK, KEY_ROUNDS)

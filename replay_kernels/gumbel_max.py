@@ -10,6 +10,7 @@ for the refusal of requests with drafts.
 from __future__ import annotations
 
 from .draw import REDUCE_CHUNK, _draw_kernel
+from .launches import launch
 from .plain import PlainSampler, PlainState
 
 
@@ -24,8 +25,8 @@ class GumbelMaxSampler(PlainSampler):
     def _draw(self, s: PlainState, mode, cut_val, cut_idx, d, rows=None) -> None:
         p = s.params
         grid, list_rows, list_len = d.launch_over(s.mode.numel(), rows)
-        _draw_kernel[grid](
-            s.logits, s.logits.stride(0), s.dummy_f32, 0,
+        launch(
+            _draw_kernel, grid, s.logits, s.logits.stride(0), s.dummy_f32, 0,
             mode, s.row, s.slot, s.dummy_i32, s.dummy_i32, s.dummy_f32, s.dummy_f32,
             p.temp_div, cut_val, cut_idx, s.dummy_f32, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, d.row_best, s.counts_init, s.counts, s.tokens,

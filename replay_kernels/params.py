@@ -44,6 +44,7 @@ from replay_harness.oracle.sampling_params import needs_processing, normalized_t
 from replay_harness.recording.step import Step
 
 from .filters import FILTER_SPAN, FilterScratch, launch_filters
+from .launches import launch
 
 
 
@@ -205,6 +206,6 @@ def apply_sampling_params(step: Step, block: int = 1024, filter_span: int = FILT
     n, v = logits.shape
     out = torch.empty((n, v), dtype=torch.float32, device=logits.device)
     if n:
-        _apply_kernel[(n, triton.cdiv(v, block))](logits, logits.stride(0), rp.temp_div, rp.cut_val, rp.cut_idx,
-                                                  out, v, BLOCK=block)
+        launch(_apply_kernel, (n, triton.cdiv(v, block)), logits, logits.stride(0), rp.temp_div, rp.cut_val, rp.cut_idx,
+               out, v, BLOCK=block)
     return out

@@ -11,6 +11,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .params import process_loaded
+
 
 @triton.jit
 def better(score, idx, best, best_idx):
@@ -59,3 +61,29 @@ def last_to_arrive(arrivals_ptr, r, SPLITS):
         tl.store(arrivals_ptr + r, 0)
         tl.debug_barrier()
     return last
+
+
+@triton.jit
+def held_once(top_ptr, base, NB, top, target, row_base, t, cv, ci, span, V, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+    """1.0 when exactly one lane of a ``target`` row holds its largest processed value ``top`` (> -inf), else
+    0.0; ``top_ptr + base``: the row's ``NB`` per-span maxima (spans of ``span`` lanes), each at least its
+    span's largest processed value and at most ``top`` (a chunk whose largest value the filter drops reports
+    its bound: such a span counts like one holding ``top``, so a flag can be missed, never set wrongly). The
+    spans whose maximum is ``top`` are counted; with exactly one, its lanes are read again (processed with
+    ``t``, ``cv``, ``ci``) and counted. Sample-and-check's first check keeps a drawn token that is that lane without
+    reading the row (``sample_check._check_span``)."""
+    n_spans = tl.zeros((), tl.int32)
+    first = tl.zeros((), tl.int32) + NB
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        at_top = tl.load(top_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg") == top
+        n_spans += tl.sum(at_top.to(tl.int32), axis=0)
+        first = tl.minimum(first, tl.min(tl.where(at_top, offs, NB), axis=0))
+    lanes_at_top = tl.zeros((), tl.int32)
+    if (n_spans == 1) & (top > float("-inf")) & target:
+        hi = tl.minimum(first * span + span, V)
+        for start in range(first * span, hi, BLOCK):
+            lanes = start + tl.arange(0, BLOCK)
+            x = process_loaded(tl.load(row_base + lanes, mask=lanes < hi, other=float("-inf")), lanes, t, cv, ci)
+            lanes_at_top += tl.sum((x == top).to(tl.int32), axis=0)
+    return (lanes_at_top == 1).to(tl.float32)

@@ -26,6 +26,7 @@ from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
+from .launches import run_recorded
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
@@ -40,7 +41,8 @@ class PlainState:
     counts_init [R] int32 (1, or 0 for refused requests); draw: DrawScratch; routes [R] int8 (host);
     check: CheckScratch of sample-and-check (None when no row uses it); round_draw: the DrawScratch of
     its later draws (``sample_check.round_draw_scratch``: few rows are still open);
-    notes: list[str]; dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
+    notes: list[str]; launches: the launch sequence, recorded on the first launch
+    (:mod:`replay_kernels.launches`); dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
     """
 
     logits: torch.Tensor
@@ -60,6 +62,7 @@ class PlainState:
     check: CheckScratch | None = None
     round_draw: DrawScratch | None = None
     notes: list[str] = field(default_factory=list)
+    launches: list | None = None
 
 
 class PlainSampler(LaunchSampler):
@@ -124,16 +127,20 @@ class PlainSampler(LaunchSampler):
         which writes every token, count and -1 pad of the outputs; with sample-and-check rows, the
         check passes, the (draw, check) rounds and the finish loop (a fixed launch sequence)."""
         if state.mode.numel():
-            p = state.params
-            launch_params(state.logits, p)
-            self._draw(state, state.mode, p.cut_val, p.cut_idx, state.draw)
-            if state.check is not None:
-                def draw_open(mode, cut_val, cut_idx, rows):
-                    self._draw(state, mode, cut_val, cut_idx, state.round_draw, rows)
-
-                launch_rounds(state.check, draw_open, state.logits, state.mode, state.row, state.slot, p,
-                              state.tokens, state.draw.top, state.dummy_i32, state.seed, state.positions)
+            run_recorded(state, lambda: self._launch_all(state))
         return state.tokens, state.counts
+
+    def _launch_all(self, state: PlainState) -> None:
+        """The launch sequence of ``launch`` (recorded once a state)."""
+        p = state.params
+        launch_params(state.logits, p)
+        self._draw(state, state.mode, p.cut_val, p.cut_idx, state.draw)
+        if state.check is not None:
+            def draw_open(mode, cut_val, cut_idx, rows):
+                self._draw(state, mode, cut_val, cut_idx, state.round_draw, rows)
+
+            launch_rounds(state.check, draw_open, state.logits, state.mode, state.row, state.slot, p,
+                          state.tokens, state.draw.top, state.dummy_i32, state.seed, state.positions)
 
     def _draw(self, state: PlainState, mode: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,
               scratch: DrawScratch, rows: tuple | None = None) -> None:

@@ -22,7 +22,9 @@ draw, which reads every tile anyway), summed per lane, then per span, and the sp
 added in order by the last program of the row to arrive; ``c`` is kept iff ``low(c) / S > 1 - p``
 (the oracle's ``cumsum(softmax) > 1 - p`` at ``c``'s sorted position, within fp32
 rounding: a near-tie, as for the search). The largest value is always kept (its
-``low`` and ``S`` are the same sum). An all ``-inf`` row keeps its first draw (token 0).
+``low`` and ``S`` are the same sum), so the first check does not read the row of a drawn
+token that one lane holds at the row's top (the first draw tells: ``partials.held_once``).
+An all ``-inf`` row keeps its first draw (token 0).
 
 At temperature 1 a drawn token misses the top-p set with probability at most
 ``1 - p``, so one check settles most rows: a step costs the draw, one check pass
@@ -47,6 +49,7 @@ import triton.language as tl
 from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch, noised_score
 from .partials import last_to_arrive
 from .filters import FILTER_SPAN
+from .launches import launch
 from .params import load_processed
 from .rng import murmur3_finish, murmur3_row_key
 
@@ -61,6 +64,7 @@ CHECK_BLOCK = 1024  # elements per tile of a check pass (tools/profile_kernels.p
 ROWS_PER_SLOT = 8
 ROUND_SPLIT_AS_ROWS = 32
 ROUND_DRAW_SHAPES = ((1 << 31, 2048, 8, DRAW_PROGRAMS, True, 72),)
+FIRST_CHECK_MAXNREG = 80  # 6 programs an SM (uncapped: 88 registers, 5; tools/kernel_resources.py, triton 3.6)
 CHECK_WARPS = 4  # 1024 x 4 warps: 6% faster than 8 warps at R = 256, 2% at R = 64, equal at R = 1 (H200 sweep)
 
 
@@ -157,31 +161,37 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, ch
     program (0, 0) sets ``len_done[0]`` back to 0 for the next launch (the list two rounds back, which no
     later kernel reads; a plain store, no launch-wide counter).
     ``APPEND``: rows that stay open are appended to ``list_out`` (count ``len_out[0]``, in arrival order: the
-    order changes no token). ``top`` [R]: each row's largest processed value (the first draw wrote it)."""
+    order changes no token). ``top`` [2, R]: each row's largest processed value and whether one lane holds it
+    (the first draw wrote them)."""
     if LIST:
         for j in range(tl.program_id(0), tl.load(len_in), tl.num_programs(0)):
             _check_span(tl.load(list_in + j), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
                         slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
                         cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, pall_ptr, plow_ptr, pcnt_ptr,
-                        arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, SPAN, BLOCK)
+                        arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, False, SPAN, BLOCK)
         if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
             tl.store(len_done, 0)
     else:
         _check_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
                     slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
                     cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, pall_ptr, plow_ptr, pcnt_ptr,
-                    arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, SPAN, BLOCK)
+                    arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, True, SPAN, BLOCK)
 
 
 @triton.jit
 def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
                 topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
                 top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_out, len_out, V, SPLITS,
-                APPEND: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+                APPEND: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
     """Span ``s`` of row ``r``'s check. The last program of the row to arrive settles it: kept -> mode NONE;
     else the row's bound becomes (x_c, c + 1), the mode stays and (``APPEND``) the row joins ``list_out``. It
     writes the row's mode and bound to the ``*_out`` arrays (the first check copies the ``*_in`` ones; in a
-    later check they are the same arrays)."""
+    later check they are the same arrays).
+
+    ``FIRST``: a drawn token that is the one lane at its row's largest value (``top[1]``, written by the first
+    draw: ``partials.held_once``) is kept without reading the row. That is the check's own verdict: it would
+    count no larger value, and its two sums would add the same terms (every lane is at or below the token), so
+    ``low == S``: the top of the order, kept whatever top-p."""
     mode = tl.load(mode_in + r)
     row = tl.load(row_ptr + r)
     open_row = ((mode == MODE_TARGET) | (mode == MODE_RESIDUAL)) & (tl.load(check_ptr + row) != 0)
@@ -191,12 +201,18 @@ def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr
         t = tl.load(temp_ptr + row)
         c = tl.load(token_ptr).to(tl.int32)
         xc = _candidate(base, c, t)
-        s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t,
-                                        tl.load(lbound_ptr + row), xc, c, tl.load(topk_ptr + row),
-                                        tl.load(topp_ptr + row), tl.load(top_ptr + r), BLOCK)
-        tl.store(pall_ptr + r * SPLITS + s, s_all)
-        tl.store(plow_ptr + r * SPLITS + s, s_low)
-        tl.store(pcnt_ptr + r * SPLITS + s, cnt)
+        kk = tl.load(topk_ptr + row)
+        p = tl.load(topp_ptr + row)
+        M = tl.load(top_ptr + r)
+        if FIRST:  # grid (R, SPLITS): top[1] at top_ptr + R
+            held = tl.load(top_ptr + tl.num_programs(0) + r) != 0.0
+            open_row = ~(held & (xc == M) & (kk > 0))
+        if open_row:
+            s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t,
+                                            tl.load(lbound_ptr + row), xc, c, kk, p, M, BLOCK)
+            tl.store(pall_ptr + r * SPLITS + s, s_all)
+            tl.store(plow_ptr + r * SPLITS + s, s_low)
+            tl.store(pcnt_ptr + r * SPLITS + s, cnt)
     if last_to_arrive(arrivals_ptr, r, SPLITS):
         cv = tl.load(cut_val_in + row)
         ci = tl.load(cut_idx_in + row)
@@ -358,8 +374,9 @@ def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row
                  params, tokens: torch.Tensor, top: torch.Tensor, check_round: int, cut: tuple | None = None) -> None:
     """Check ``check_round`` (0: the first, over every request, reading the plan ``mode`` and the bounds
     ``cut``, default ``params.cut_*``; i > 0: the rows open after check i - 1); ``row`` / ``slot`` [R] int32:
-    each request's draw row and token slot; ``top`` [R] float32: each row's largest processed value
-    (``DrawScratch.top`` of the first draw). Rows left open join list ``check_round`` unless it is the last."""
+    each request's draw row and token slot; ``top`` [2, R] float32: each row's largest processed value and
+    whether one lane holds it (``DrawScratch.top`` of the first draw). Rows left open join list ``check_round``
+    unless it is the last."""
     first = check_round == 0
     mode_in = mode if first else cs.mode
     cut_val_in, cut_idx_in = (cut or (params.cut_val, params.cut_idx)) if first else (cs.cut_val, cs.cut_idx)
@@ -367,12 +384,13 @@ def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row
     j_in, j_out = max(check_round - 1, 0), check_round if append else 0
     j_done = check_round - 2 if check_round >= 2 else cs.open_len.numel() - 1  # a spare length: nothing to reset
     grid = (mode.numel(), cs.splits) if first else (cs.row_slots, cs.splits)
-    _check_kernel[grid](
-        logits, logits.stride(0), mode_in, cs.mode, row, slot, params.check, params.temp_div, params.cut_val,
-        params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
-        cs.pall, cs.plow, cs.pcnt, cs.arrivals, cs.open_rows[j_in], cs.open_len[j_in:j_in + 1], cs.open_rows[j_out],
-        cs.open_len[j_out:j_out + 1], cs.open_len[j_done:j_done + 1], logits.shape[1], cs.splits,
-        LIST=not first, APPEND=append, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
+    launch(_check_kernel, grid,
+           logits, logits.stride(0), mode_in, cs.mode, row, slot, params.check, params.temp_div, params.cut_val,
+           params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
+           cs.pall, cs.plow, cs.pcnt, cs.arrivals, cs.open_rows[j_in], cs.open_len[j_in:j_in + 1], cs.open_rows[j_out],
+           cs.open_len[j_out:j_out + 1], cs.open_len[j_done:j_done + 1], logits.shape[1], cs.splits,
+           LIST=not first, APPEND=append, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS,
+           maxnreg=FIRST_CHECK_MAXNREG if first else None)
 
 
 def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, slot: torch.Tensor, dtok: torch.Tensor,
@@ -380,8 +398,8 @@ def launch_finish(cs: CheckScratch, logits: torch.Tensor, row: torch.Tensor, slo
     """The one-program-per-row loop for rows still open (the others exit after one load); ``dtok`` [R]
     int32: the rejected draft of a RESIDUAL row."""
     last = max(cs.rounds - 1, 0)  # the last list: read by the last round, reset here
-    _finish_kernel[(cs.mode.numel(),)](
-        logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, params.top_k, params.top_p,
-        cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow, cs.pcnt,
-        cs.open_len[last:last + 1], logits.shape[1], cs.splits, SPAN=cs.span,
-        BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)
+    launch(_finish_kernel, (cs.mode.numel(),),
+           logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, params.top_k,
+           params.top_p, cs.cut_val, cs.cut_idx, seed, positions, tokens, tokens.stride(0), top, cs.pall, cs.plow,
+           cs.pcnt, cs.open_len[last:last + 1], logits.shape[1], cs.splits, SPAN=cs.span,
+           BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS)

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from .draw import MODE_GREEDY, MODE_NONE
+from .launches import launch
 from .plain import PlainSampler, PlainState
 from .rng import gumbel_noise
 
@@ -59,7 +60,7 @@ class SerialScanSampler(PlainSampler):
     description = "serial one-thread-per-row Gumbel-max scan (k = 0), the slow engine kernel, Triton"
 
     def _draw(self, s: PlainState, mode, cut_val, cut_idx, scratch) -> None:
-        _serial_scan_kernel[(s.mode.numel(),)](
-            s.logits, s.logits.stride(0), mode, s.row, s.params.temp_div, cut_val, cut_idx,
-            s.seed, s.positions, s.counts_init, s.counts, s.tokens, s.tokens.stride(0),
-            s.logits.shape[1], s.tokens.shape[1], num_warps=1)
+        launch(_serial_scan_kernel, (s.mode.numel(),),
+               s.logits, s.logits.stride(0), mode, s.row, s.params.temp_div, cut_val, cut_idx,
+               s.seed, s.positions, s.counts_init, s.counts, s.tokens, s.tokens.stride(0),
+               s.logits.shape[1], s.tokens.shape[1], num_warps=1)

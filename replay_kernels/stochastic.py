@@ -62,6 +62,7 @@ from replay_harness.recording.step import ROUTE_CODE, Step
 from .draw import MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
 from .partials import block_argmax, last_to_arrive
 from .filters import FILTER_SPAN
+from .launches import launch, run_recorded
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
@@ -245,7 +246,8 @@ class VerifyState:
     outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
     positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
     fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
-    round_draw: sample-and-check of those rows' draws (its scratch, and its later draws split finer).
+    round_draw: sample-and-check of those rows' draws (its scratch, and its later draws split finer);
+    launches: the launch sequence, recorded on the first launch (:mod:`replay_kernels.launches`).
     """
 
     logits: torch.Tensor
@@ -284,6 +286,7 @@ class VerifyState:
     fallback: Fallback | None
     check: CheckScratch | None
     round_draw: DrawScratch | None
+    launches: list | None = None
 
 
 class StochasticSampler(LaunchSampler):
@@ -371,9 +374,12 @@ class StochasticSampler(LaunchSampler):
         tokens [R, max_k+1] int64 (-1 padded) and counts [R] int32 are the
         state's preallocated buffers, overwritten by each launch.
         """
-        r = s.tokens.shape[0]
-        if r == 0:
-            return s.tokens, s.counts
+        if s.tokens.shape[0]:
+            run_recorded(s, lambda: self._launch_all(s))
+        return s.tokens, s.counts
+
+    def _launch_all(self, s: VerifyState) -> None:
+        """The launch sequence of ``launch`` (recorded once a state)."""
         draft = s.draft_logits if s.draft_logits is not None else s.dmax
         d_stride = draft.stride(0) if s.draft_logits is not None else 0
         p = s.params
@@ -392,7 +398,6 @@ class StochasticSampler(LaunchSampler):
 
             launch_rounds(s.check, draw_open, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, s.draw.top, s.rdtok,
                           s.seed, s.positions, cut=cut)
-        return s.tokens, s.counts
 
     def _draw(self, s: VerifyState, draft, d_stride: int, mode, cut_val, cut_idx, d: DrawScratch,
               rows: tuple | None = None) -> None:
@@ -400,8 +405,8 @@ class StochasticSampler(LaunchSampler):
         ``rows`` = (open_rows, open_len): only those requests (grid (d.row_slots, SPLITS))."""
         p = s.params
         grid, list_rows, list_len = d.launch_over(s.tokens.shape[0], rows)
-        _draw_kernel[grid](
-            s.logits, s.logits.stride(0), draft, d_stride,
+        launch(
+            _draw_kernel, grid, s.logits, s.logits.stride(0), draft, d_stride,
             mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
             p.temp_div, cut_val, cut_idx, s.req_temp, s.seed, s.positions,
             d.part_max, d.part_arg, d.arrivals, d.row_best, s.counts, s.counts, s.tokens, s.tokens.stride(0),
@@ -419,11 +424,11 @@ class StochasticSampler(LaunchSampler):
         bounded = (s.fallback is not None) and not exact
         maxnreg = None if bounded or exact else self.position_maxnreg  # the top-p variants' extra state spills
         for i in range(1 if fused else s.positions_launched):
-            _position_kernel[(s.tokens.shape[0], s.num_stats_blocks, slots)](
-                i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
-                s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
-                s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.srb, s.sx2, s.arrivals, s.walk, s.pend, s.tokens,
-                s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
-                s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
-                BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
-                CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg)
+            launch(_position_kernel, (s.tokens.shape[0], s.num_stats_blocks, slots),
+                   i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
+                   s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
+                   s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.srb, s.sx2, s.arrivals, s.walk, s.pend, s.tokens,
+                   s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
+                   s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
+                   BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
+                   CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg)

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from .filters import FilterScratch, launch_filters
+from .launches import launch
 from .partials import block_max
 from .verify_stats import spans_sum
 
@@ -134,8 +135,7 @@ def launch_fallback(fb: Fallback, logits: torch.Tensor, cu: torch.Tensor, params
                     pend: torch.Tensor) -> None:
     """Device work: list the rows that need the exact cut and search it into ``fb.cut_val`` /
     ``fb.cut_idx`` (every other row gets a copy of its prepared cut)."""
-    _fallback_rows_kernel[(1,)](cu, fb.row_req, params.check, walk, pend, params.cut_val, params.cut_idx, fb.rows,
-                                fb.filters.count, fb.cut_val, fb.cut_idx, fb.row_req.numel(), BLOCK=LIST_BLOCK,
-                                num_warps=4)
+    launch(_fallback_rows_kernel, (1,), cu, fb.row_req, params.check, walk, pend, params.cut_val, params.cut_idx,
+           fb.rows, fb.filters.count, fb.cut_val, fb.cut_idx, fb.row_req.numel(), BLOCK=LIST_BLOCK, num_warps=4)
     launch_filters(logits, fb.rows, params.temp_div, params.log_min_p, params.top_k, params.top_p, fb.cut_val,
                    fb.cut_idx, fb.filters)

@@ -172,7 +172,7 @@ def _assert_first_draw_records_exact_maxima(vocab: int, device: str, **shape) ->
     state = impl.prepare(step.to(device))
     impl.launch(state)
     want = [_processed_max(step.logits[r], float(step.temperature[r])) for r in range(requests)]
-    assert state.draw.top.tolist() == want
+    assert state.draw.top[0].tolist() == want
 
     # verify, one draft a request, no draft logits: the draft is each row's largest value and is rejected
     # (accepted only if u < p(draft), about 1e-3 here), so the draw row is the residual without it
@@ -192,7 +192,7 @@ def _assert_first_draw_records_exact_maxima(vocab: int, device: str, **shape) ->
     assert counts.tolist() == [1] * requests  # every draft rejected: the draw rows are the residuals
     want = [_processed_max(verify.logits[2 * r], float(verify.temperature[r]), int(drafts[r]))
             for r in range(requests)]
-    assert state.draw.top.tolist() == want
+    assert state.draw.top[0].tolist() == want
     assert tokens.tolist() == ReferenceSampler().sample(verify).tokens.tolist()
 
 
@@ -237,7 +237,36 @@ def test_gpu_checked_rows_exact_deterministic_and_graph_capturable(vocab):
         assert_repeatable_and_graph_capturable(impl, state)
 
 
-@pytest.mark.parametrize("top_p,temperature", [(1e-9, 1.0), (2.0 ** -26, 1.0), (0.5, 1e-39)])
+TINY_TOP_P_CASES = [(1e-9, 1.0), (2.0 ** -26, 1.0), (0.5, 1e-39)]
+
+
+def _assert_keeps_the_largest_value(top_p: float, temperature: float, vocab: int, device: str, small: bool):
+    def timeout(*_):
+        raise TimeoutError("sample-and-check did not settle a row")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(300)
+    try:
+        plain = _plain(7, vocab, 6, filters=False)
+        verify = synthetic_step(8, vocab, 4, 2, ks=[2] * 4, greedy_frac=0.0, filters=False)
+        kw_plain = dict(block=64, programs=16, filter_span=128) if small else {}
+        kw_verify = dict(stats_block=64, draw_block=64, stats_span=128, filter_span=128) if small else {}
+        for step, impl in ((plain, GumbelMaxSampler(**kw_plain)), (verify, StochasticSampler(**kw_verify))):
+            if temperature < 1.0:  # negative logits but one positive token a row: -inf and one +inf
+                logits = torch.randn(step.logits.shape, generator=torch.Generator().manual_seed(1)) - 5.0
+                logits[torch.arange(logits.shape[0]), torch.arange(logits.shape[0]) * 7 % vocab] = 1.0
+                step.logits = logits
+            step.top_p = torch.full_like(step.top_p, top_p)
+            step.top_k = torch.zeros_like(step.top_k)
+            step.min_p = torch.zeros_like(step.min_p)
+            step.temperature = torch.full_like(step.temperature, temperature)
+            compare(step, impl.sample(step.to(device)), ReferenceSampler().sample(step), max_near_ties=0)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("top_p,temperature", TINY_TOP_P_CASES)
 def test_top_p_keeps_the_largest_value_when_fp32_cannot_tell(top_p, temperature):
     """A top-p so small that ``1 - p`` rounds to 1 in fp32 keeps only each row's largest value (the oracle
     always keeps it): no drawn token passes ``low / S > 1 - p``, so the check keeps the top of the order
@@ -245,26 +274,59 @@ def test_top_p_keeps_the_largest_value_when_fp32_cannot_tell(top_p, temperature)
     1e-39 sends one token per row to +inf and the rest to -inf: the check's mass is NaN, which the oracle's
     drop rule (``cum <= 1 - p``) never drops, so the check must not reject it either (it emitted token 0).
     Plain and verify steps; a regression that hangs fails on the alarm instead."""
-    def timeout(*_):
-        raise TimeoutError("sample-and-check did not settle a row")
+    _assert_keeps_the_largest_value(top_p, temperature, 300, "cpu", small=True)
 
-    previous = signal.signal(signal.SIGALRM, timeout)
-    signal.alarm(300)
-    try:
-        plain = _plain(7, 300, 6, filters=False)
-        verify = synthetic_step(8, 300, 4, 2, ks=[2] * 4, greedy_frac=0.0, filters=False)
-        for step, impl in ((plain, GumbelMaxSampler(block=64, programs=16, filter_span=128)),
-                           (verify, StochasticSampler(stats_block=64, draw_block=64, stats_span=128,
-                                                      filter_span=128))):
-            if temperature < 1.0:  # negative logits but one positive token a row: -inf and one +inf
-                logits = torch.randn(step.logits.shape, generator=torch.Generator().manual_seed(1)) - 5.0
-                logits[torch.arange(logits.shape[0]), torch.arange(logits.shape[0]) * 7 % 300] = 1.0
-                step.logits = logits
-            step.top_p = torch.full_like(step.top_p, top_p)
-            step.top_k = torch.zeros_like(step.top_k)
-            step.min_p = torch.zeros_like(step.min_p)
-            step.temperature = torch.full_like(step.temperature, temperature)
-            compare(step, impl.sample(step), ReferenceSampler().sample(step), max_near_ties=0)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("top_p,temperature", TINY_TOP_P_CASES)
+def test_gpu_top_p_keeps_the_largest_value_when_fp32_cannot_tell(top_p, temperature):
+    """The same on the GPU at a real vocabulary and the production launch shapes (the hang was GPU-only)."""
+    _assert_keeps_the_largest_value(top_p, temperature, 151936, "cuda", small=False)
+
+TIE_RAW = (24.000001907348633, 24.000003814697266)  # distinct fp32 values whose quotients by 3 are equal
+
+
+def _top_held_step(seed: int, vocab: int):
+    """12 rows at top-p 0.3, flat at 0 but for a peak of about 75% of the mass: held by one token (rows 0-3,
+    10-11) or tied between two (4-7 at temperature 1, 8-9 at temperature 3 with distinct raw values). Of a
+    tied pair only the higher id is kept (ascending (value, id) order), so a drawn lower id must be checked
+    and rejected."""
+    step = _plain(seed, vocab, 12, filters=False)
+    logits = torch.zeros(12, vocab)
+    lanes = {0: (3,), 1: (vocab // 2,), 2: (vocab - 1,), 3: (700,), 4: (5, 8), 5: (300, 301), 6: (5, vocab - 40),
+             7: (2, 650), 8: (6, 9), 9: (20, vocab - 3), 10: (11,), 11: (vocab - 7,)}
+    for r, held in lanes.items():
+        for i, lane in enumerate(held):
+            logits[r, lane] = 8.0 if r < 8 else (TIE_RAW[i] if r < 10 else 24.0)
+    step.logits = logits
+    step.temperature = torch.tensor([1.0] * 8 + [3.0] * 4)
+    step.top_p = torch.full((12,), 0.3)
+    step.top_k = torch.zeros(12, dtype=torch.int32)
+    step.min_p = torch.zeros(12)
+    return step, lanes
+
+
+def test_first_check_keeps_a_drawn_token_held_once_at_the_top_unread_and_checks_ties():
+    """The first draw flags rows whose largest processed value one lane holds (``draw.top[1]``); the first
+    check keeps a drawn token that is that lane without reading the row (its partials stay unwritten) and
+    checks every other row, ties at the top included (rows 8-9: distinct raw values, equal after the
+    temperature). Mutation-checked: counting the lanes of one span when the top lies in two, or keeping a
+    drawn token at the top whatever the flag, fails it."""
+    vocab, drew_tied_lower = 1000, 0
+    for seed in range(3):
+        step, lanes = _top_held_step(seed, vocab)
+        impl = GumbelMaxSampler(block=64, programs=16, filter_span=256)
+        state = impl.prepare(step)
+        state.check.pall.fill_(float("nan"))
+        tokens, counts = impl.launch(state)
+        assert state.draw.top[1].tolist() == [float(len(lanes[r]) == 1) for r in range(12)]
+        for r in range(12):
+            x = step.logits[r] / step.temperature[r]
+            first = int(torch.argmax(x + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)))
+            unread = bool(torch.isnan(state.check.pall[r]).all())
+            assert unread == (len(lanes[r]) == 1 and first == lanes[r][0]), (seed, r, first)
+            drew_tied_lower += len(lanes[r]) == 2 and first == lanes[r][0]
+        want = ReferenceSampler().sample(step)
+        assert tokens.tolist() == want.tokens.tolist()
+        assert counts.tolist() == want.counts.tolist()
+    assert drew_tied_lower >= 2  # the case the flag must not skip happened
