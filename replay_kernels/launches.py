@@ -1,18 +1,24 @@
-"""A prepared state's launches, built once and replayed: the per-step Python of ``launch`` runs once a state.
+"""A prepared state's launches, built once and replayed: the per-step host work of ``launch`` runs once a state.
 
 Every kernel of this package launches through :func:`launch`. A sampler's ``launch(state)`` is a fixed
 sequence of kernel launches: no host sync, no torch op between them, the same arguments on every call for
 one state (its preallocated buffers, views of them, shapes and constexprs fixed by ``prepare``). So
-:func:`run_recorded` builds the sequence on a state's first launch, without running it (each call
-``kernel[grid]`` with its arguments), keeps it on the state (``state.launches``) and runs the list then and on
-every later launch. What is built once: the argument lists, the views (``open_len[j:j + 1]``...), the
-grids, the launch plans' properties. Eager steps of many small launches are host-bound (docs/BENCHMARKS.md,
-fifteenth session: our own Python took about 22 µs a launch on the CI machine, Triton aside).
+:func:`run_recorded` records the sequence on a state's first launch, keeps it on the state
+(``state.launches``) and runs the list then and on every later launch.
 
-Each call is still Triton's public ``kernel[grid](*args, **options)``, made when the list runs: compilation,
-its cache, the current stream (a CUDA graph's capture stream too) are Triton's, as in a direct launch. So a
-module constant read by a launch function (a block size, a register cap) is read when the state first
-launches; change it before ``prepare``.
+What a recorded launch skips: our Python that builds each launch's arguments (views such as
+``open_len[j:j + 1]``, grids, plan properties: about 22 µs a launch on the CI machine), and Triton's
+``JITFunction.run`` (binding and specializing every argument, the cache key: most of the 30-55 µs an
+eager launch of a 36-argument kernel cost on the H200 machine's host; docs/BENCHMARKS.md, fifteenth
+session). Recording compiles the kernel for those arguments through ``JITFunction.warmup`` (Triton's own
+path: same specialization, same cache) and keeps the compiled kernel's launcher, ``compiled[grid]``, with
+the arguments in signature order, constexprs included (what ``JITFunction.run`` passes it; triton 3.6
+and 3.9). The launcher reads the current stream when it runs, so a CUDA graph's capture stream too.
+Under ``TRITON_INTERPRET=1`` (no compiled kernel) the list holds ``kernel[grid]`` calls instead.
+
+So a module constant read by a launch function (a block size, a register cap) is read when the state first
+launches: change it before ``prepare``. The tokens do not depend on the path: the same compiled kernel
+runs on the same arguments.
 """
 from __future__ import annotations
 
@@ -20,17 +26,31 @@ import threading
 from functools import partial
 from typing import Any, Callable
 
+from triton.runtime.jit import JITFunction
+
 _local = threading.local()  # .recording: the list being built in this thread, or None
 
 
 def launch(kernel, grid: tuple, *args, **options) -> None:
-    """``kernel[grid](*args, **options)``: now, or appended to the sequence this thread is recording."""
-    call = partial(kernel[grid], *args, **options)
+    """``kernel[grid](*args, **options)``: now, or recorded (compiled first) into this thread's sequence."""
     recording = getattr(_local, "recording", None)
     if recording is None:
-        call()
+        kernel[grid](*args, **options)
     else:
-        recording.append(call)
+        recording.append(_compiled_call(kernel, grid, args, options))
+
+
+def _compiled_call(kernel, grid: tuple, args: tuple, options: dict) -> Callable[[], None]:
+    """A call that launches ``kernel[grid](*args, **options)`` through the compiled kernel's launcher."""
+    if not isinstance(kernel, JITFunction):  # the interpreter's kernels
+        return partial(kernel[grid], *args, **options)
+    compiled = kernel.warmup(*args, grid=grid, **options)
+    if hasattr(compiled, "result"):  # an asynchronous compile
+        compiled = compiled.result()
+    params = kernel.signature.parameters
+    bound = kernel.signature.bind(*args, **{k: v for k, v in options.items() if k in params})
+    bound.apply_defaults()
+    return partial(compiled[tuple(grid) + (1,) * (3 - len(grid))], *bound.arguments.values())
 
 
 def run_recorded(state: Any, build: Callable[[], None]) -> None:

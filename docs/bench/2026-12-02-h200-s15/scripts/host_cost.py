@@ -1,4 +1,5 @@
-"""SCRATCH: where the host time of an eager launch goes (R=1 top-p 0.9 gumbel-max; verify+top-p R=1)."""
+"""Where the host time of an eager launch goes: empty kernels of 5 and 36 arguments, then impl.launch(state)
+of a few shapes (host time of 200 launches without a sync, and to the sync), cProfile of 100 launches."""
 import cProfile, pstats, time, io, sys
 import torch, triton, triton.language as tl
 from replay_harness.bench.kernels.cases import Inputs
@@ -33,11 +34,13 @@ print("empty kernel, 36 args: host %.1f µs/launch (to sync %.1f)" % host_us(lam
 print("torch x.add_(1): host %.1f (to sync %.1f)" % host_us(lambda: x.add_(1)))
 print("slice x[3:4]: host %.1f" % host_us(lambda: x[3:4])[0])
 
-for name, impl, (R, k) in [("gumbel-max top-p 0.9", GumbelMaxSampler(), (1, 0)),
-                           ("gumbel-max top-p 0.9", GumbelMaxSampler(), (64, 0)),
-                           ("stochastic verify top-p 0.9", StochasticSampler(), (1, 4))]:
+for name, impl, (R, k), top_p in [("gumbel-max top-p 1.0", GumbelMaxSampler(), (1, 0), 1.0),
+                           ("stochastic verify top-p 1.0", StochasticSampler(), (64, 4), 1.0),
+                           ("gumbel-max top-p 0.9", GumbelMaxSampler(), (1, 0), 0.9),
+                           ("gumbel-max top-p 0.9", GumbelMaxSampler(), (64, 0), 0.9),
+                           ("stochastic verify top-p 0.9", StochasticSampler(), (1, 4), 0.9)]:
     inp = Inputs.make(248320, R, k, seed=Inputs.seed_of(248320, R, k), device="cuda")
-    state = impl.prepare(inp.step(0.9))
+    state = impl.prepare(inp.step(top_p))
     host, total = host_us(lambda: impl.launch(state), 200)
     print(f"{name} R={R} k={k}: launch host {host:.1f} µs, to sync {total:.1f} µs")
     pr = cProfile.Profile()

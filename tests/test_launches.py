@@ -1,0 +1,66 @@
+"""Recorded launch sequences (replay_kernels/launches.py): built once a state, nothing run while recording,
+the same tokens on every launch (CPU interpreter here; every GPU kernel test runs the compiled path)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from replay_harness.impls.reference import ReferenceSampler
+from replay_kernels import launches
+from replay_kernels.gumbel_max import GumbelMaxSampler
+from replay_kernels.stochastic import StochasticSampler
+from test_kernels import DEVICE, compare, synthetic_step, top_p_verify_step
+
+
+@triton.jit
+def _fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, value, mask=offs < n)
+
+
+class _State:
+    launches = None
+
+
+def test_recording_runs_nothing_and_each_call_launches_with_its_own_arguments():
+    out = torch.zeros(300, device=DEVICE)
+    state = _State()
+    seen = []
+
+    def build():
+        launches.launch(_fill_kernel, (3,), out, 2.0, 300, BLOCK=128)
+        seen.append(out.clone())  # recording: nothing ran yet
+        launches.launch(_fill_kernel, (1,), out, 5.0, 100, BLOCK=128)
+
+    launches.run_recorded(state, build)
+    assert seen[0].eq(0).all() and len(state.launches) == 2
+    want = torch.tensor([5.0] * 100 + [2.0] * 200)
+    assert torch.equal(out.cpu(), want)
+    out.zero_()
+    launches.run_recorded(state, lambda: pytest.fail("a recorded state must not be built again"))
+    assert torch.equal(out.cpu(), want)
+
+
+@pytest.mark.parametrize("kind", ["plain", "verify"])
+def test_a_state_builds_its_launches_once_and_every_launch_rewrites_the_outputs(monkeypatch, kind):
+    if kind == "plain":  # top-p rows: the draw, the checks and their rounds, the finish loop
+        step = synthetic_step(31, 700, 6, 0, ks=[0] * 6, greedy_frac=0.2)
+        impl, cls = GumbelMaxSampler(block=64, programs=16, filter_span=256), GumbelMaxSampler
+    else:  # top-p verify: bounds, the exact-cut fallback's search, sample-and-check
+        step = top_p_verify_step(32, 500, 5, 0.0)
+        impl = StochasticSampler(stats_block=64, draw_block=64, stats_span=256, filter_span=256)
+        cls = StochasticSampler
+    built = []
+    original = cls._launch_all
+    monkeypatch.setattr(cls, "_launch_all", lambda self, s: (built.append(s), original(self, s))[1])
+    state = impl.prepare(step.to(DEVICE))
+    first = [x.clone() for x in impl.launch(state)]
+    calls = len(state.launches)
+    state.tokens.fill_(-7)
+    state.counts.fill_(-7)
+    again = impl.launch(state)
+    assert built == [state] and len(state.launches) == calls > 3
+    assert [torch.equal(a, b) for a, b in zip(again, first)] == [True, True]
+    compare(step, impl.result(state, *again), ReferenceSampler().sample(step))
