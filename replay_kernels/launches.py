@@ -14,7 +14,7 @@ session). Recording compiles the kernel for those arguments through ``JITFunctio
 path: same specialization, same cache) and keeps the compiled kernel's launcher, ``compiled[grid]``, with
 the arguments in signature order, constexprs included (what ``JITFunction.run`` passes it; triton 3.6
 and 3.9). The launcher reads the current stream when it runs, so a CUDA graph's capture stream too.
-Under ``TRITON_INTERPRET=1`` (no compiled kernel) the list holds ``kernel[grid]`` calls instead.
+Under ``TRITON_INTERPRET=1``, or when ``warmup`` gives no compiled kernel, the list holds ``kernel[grid]`` calls.
 
 So a module constant read by a launch function (a block size, a register cap) is read when the state first
 launches: change it before ``prepare``. The tokens do not depend on the path: the same compiled kernel
@@ -45,6 +45,8 @@ def _compiled_call(kernel, grid: tuple, args: tuple, options: dict) -> Callable[
     if not isinstance(kernel, JITFunction):  # the interpreter's kernels
         return partial(kernel[grid], *args, **options)
     compiled = kernel.warmup(*args, grid=grid, **options)
+    if compiled is None:  # no compiled kernel to keep (a jit_cache_hook, or a tool that intercepts run)
+        return partial(kernel[grid], *args, **options)
     if hasattr(compiled, "result"):  # an asynchronous compile
         compiled = compiled.result()
     params = kernel.signature.parameters

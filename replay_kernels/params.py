@@ -115,6 +115,8 @@ class RowParams:
     filter_rows int32 [F] rows whose bound must be computed (min-p / top-k / top-p)
     num_filter_rows: int F (host int, fixed at prepare time)
     filters    FilterScratch: the filter passes' scratch and stage flags (replay_kernels.filters)
+    check_miss tuple[float]: per request with a check row, a bound on the chance that one draw misses
+               its set (1 - top_p; 1.0 for top-k: unbounded), host floats (sets the launched rounds)
     """
 
     temp_div: torch.Tensor
@@ -130,6 +132,7 @@ class RowParams:
     filter_rows: torch.Tensor
     num_filter_rows: int
     filters: FilterScratch
+    check_miss: tuple[float, ...] = ()
 
 
 def host_step(step: Step) -> Step:
@@ -176,6 +179,7 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
     n = rows.numel()
     filter_rows = torch.nonzero(use_filter).flatten().to(torch.int32)
     topp_rows = use_filter & (search_p != 1)
+    check_rows = {int(rows[j]): j for j in checked.nonzero().flatten().tolist()}  # request -> a check row of it
     scratch = FilterScratch.allocate(
         int(filter_rows.numel()), v, device, any_topk=bool((use_filter & (search_k != v)).any()),
         any_topp=bool(topp_rows.any()), any_bound=bool((topp_rows & (use_min_p | (search_k != v))).any()),
@@ -186,7 +190,8 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
         check=checked.to(torch.int32).to(device), any_check=bool(checked.any()),
         cut_val=torch.full((n,), float("-inf"), dtype=torch.float32, device=device),
         cut_idx=torch.zeros(n, dtype=torch.int32, device=device), filter_rows=filter_rows.to(device),
-        num_filter_rows=int(filter_rows.numel()), filters=scratch)
+        num_filter_rows=int(filter_rows.numel()), filters=scratch,
+        check_miss=tuple(1.0 - float(top_p[j]) if float(top_p[j]) < 1.0 else 1.0 for j in check_rows.values()))
 
 
 def launch_params(logits: torch.Tensor, rp: RowParams) -> None:

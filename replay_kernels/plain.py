@@ -107,7 +107,8 @@ class PlainSampler(LaunchSampler):
         params = prepare_params(step, device, self.filter_span, check=self.sample_check)
         check = round_draw = None
         if params.any_check:
-            check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span)
+            check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,
+                                          params.check_miss)
             round_draw = round_draw_scratch(r_count, step.vocab_size, self.block, device, self.programs)
         return PlainState(
             logits=logits, params=params, check=check, round_draw=round_draw,

@@ -28,8 +28,8 @@ An all ``-inf`` row keeps its first draw (token 0).
 
 At temperature 1 a drawn token misses the top-p set with probability at most
 ``1 - p``, so one check settles most rows: a step costs the draw, one check pass
-(an ``exp`` per element, like the stats pass; count only for top-k), then
-``EXTRA_ROUNDS`` (draw, check) pairs over a list of the rows still open (no program
+(an ``exp`` per element, like the stats pass; count only for top-k), then up to
+``EXTRA_ROUNDS`` (draw, check) pairs (:func:`launched_rounds`) over a list of the rows still open (no program
 for the others; these draws split each open row over more programs than the first
 draw does), then :func:`_finish_kernel`, one program per row that loops
 (draw, check) over whole rows until every row is settled (exact whatever the
@@ -40,7 +40,9 @@ Bytes per check pass: V x 4 B (fp32) per open row, 12 B per program of partials;
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import triton
@@ -53,7 +55,8 @@ from .launches import launch
 from .params import load_processed
 from .rng import murmur3_finish, murmur3_row_key
 
-EXTRA_ROUNDS = 3  # (draw, check) launch pairs after the first check, before the one-program-per-row finish
+EXTRA_ROUNDS = 3  # at most this many (draw, check) launch pairs after the first check, before the finish loop
+FINISH_ODDS = 0.02  # fewer rounds while the chance that some row is left to the finish loop stays below this
 CHECK_BLOCK = 1024  # elements per tile of a check pass (tools/profile_kernels.py --check-sweep)
 # Later checks and draws of sample-and-check run over the list of rows still open: grid (row_slots, SPLITS), one
 # slot per ROWS_PER_SLOT requests (top-p 0.9 leaves about one row in ten open), each open row split like a draw of
@@ -310,7 +313,7 @@ class CheckScratch:
     pcnt [R, splits] int32; arrivals [R] int32 (zero between launches). The rows still open after check i:
     ``open_rows[i, :open_len[i]]`` [rounds, R] / [rounds + 1] int32 (lengths zero between launches: list i is
     read by draw and check i + 1, and its length reset by check i + 2, or by the finish kernel; the last
-    length is a spare that stays 0); ``rounds``: the launched (draw, check) rounds, EXTRA_ROUNDS when allocated;
+    length is a spare that stays 0); ``rounds``: the launched (draw, check) rounds (:func:`launched_rounds`);
     ``row_slots``: the first grid dimension G of the later checks and draws (ROWS_PER_SLOT requests a slot).
     """
 
@@ -329,18 +332,37 @@ class CheckScratch:
     rounds: int
 
     @classmethod
-    def allocate(cls, num_requests: int, num_rows: int, vocab: int, device, span: int = FILTER_SPAN) -> "CheckScratch":
+    def allocate(cls, num_requests: int, num_rows: int, vocab: int, device, span: int = FILTER_SPAN,
+                 miss: Sequence[float] = (1.0,)) -> "CheckScratch":
+        """``miss``: what :func:`launched_rounds` reads (default: EXTRA_ROUNDS rounds)."""
         splits = max(1, triton.cdiv(vocab, span))
         r, n = max(num_requests, 1), max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)
         i32 = dict(dtype=torch.int32, device=device)
-        lists = max(EXTRA_ROUNDS, 1)  # at least one, so every launch argument is a real tensor
+        rounds = launched_rounds(miss)
+        lists = max(rounds, 1)  # at least one, so every launch argument is a real tensor
         return cls(mode=torch.zeros(r, **i32), cut_val=torch.empty(n, **f32), cut_idx=torch.empty(n, **i32),
                    pall=torch.empty((r, splits), **f32), plow=torch.empty((r, splits), **f32),
                    pcnt=torch.empty((r, splits), **i32), arrivals=torch.zeros(r, **i32),
                    open_rows=torch.zeros((lists, r), **i32), open_len=torch.zeros(lists + 1, **i32),
                    splits=splits, span=span,
-                   row_slots=row_slots(num_requests), rounds=EXTRA_ROUNDS)
+                   row_slots=row_slots(num_requests), rounds=rounds)
+
+
+def launched_rounds(miss: Sequence[float]) -> int:
+    """The (draw, check) rounds to launch after the first check: the fewest n <= EXTRA_ROUNDS with
+    ``sum(m ** (n + 1) for m in miss) <= FINISH_ODDS``; ``miss``: per checked request, a bound on the chance
+    that a draw misses its set (``RowParams.check_miss``). A draw misses a top-p set with probability at most
+    ``m = 1 - p``, and so does each later draw given the earlier misses (the next of the same Gumbel order: a
+    draw without replacement; the mass left outside the set over the mass left is at most ``m``). So the sum
+    bounds the chance that some row is still open after n rounds, when the finish loop takes it (exact either
+    way: the rounds change no token, only the launches: at R = 1 and top-p 0.9, one round, five launches).
+    Plain draws only: a verify's residual draw (the target without a rejected draft) misses the set with
+    probability up to ``m / (1 - q(draft))``, so ``stochastic`` launches EXTRA_ROUNDS."""
+    for n in range(EXTRA_ROUNDS):
+        if math.fsum(m ** (n + 1) for m in miss) <= FINISH_ODDS:
+            return n
+    return EXTRA_ROUNDS
 
 
 def row_slots(num_requests: int) -> int:

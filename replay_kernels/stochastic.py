@@ -342,6 +342,7 @@ class StochasticSampler(LaunchSampler):
             rows = host.row_to_request()
             any_min_p = bool(((host.min_p[rows] != 0) & (params.check.cpu() != 0)).any())
             fallback = Fallback.allocate(rows, v, any_min_p, self.filter_span, device)
+            # every round launched: a residual draw misses the set more often than 1 - p (launched_rounds)
             check = CheckScratch.allocate(r, n, v, device, self.filter_span)
             round_draw = round_draw_scratch(r, v, self.draw_block, device, self.programs)
         fused = r < self.fused_below

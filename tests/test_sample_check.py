@@ -330,3 +330,45 @@ def test_first_check_keeps_a_drawn_token_held_once_at_the_top_unread_and_checks_
         assert tokens.tolist() == want.tokens.tolist()
         assert counts.tolist() == want.counts.tolist()
     assert drew_tied_lower >= 2  # the case the flag must not skip happened
+
+
+def test_launched_rounds_bound_the_chance_a_row_is_left_to_the_finish_loop():
+    """``launched_rounds``: the fewest rounds n (at most EXTRA_ROUNDS) with sum over the checked requests of
+    (1 - p)^(n + 1) <= FINISH_ODDS. The claim under it, measured with the oracle's noise: a row needs more than
+    n + 1 draws (its first kept token's rank in the Gumbel order of the unfiltered row) with probability at most
+    (1 - p)^(n + 1). 4,000 SYNTHETIC rows of V = 64 (randn x 1.5) at top-p 0.5 and 0.8: each frequency stays
+    under the bound plus 4 standard errors (at p = 0.5 one draw misses 0.49 of the time: close to the bound)."""
+    from replay_harness.oracle.rng import gumbel_rows
+    from replay_harness.oracle.sampling_params import top_k_top_p_sorted
+
+    rows, vocab = 4000, 64
+    g = torch.Generator().manual_seed(77)
+    x = torch.randn(rows, vocab, generator=g) * 1.5
+    noised = x + gumbel_rows(torch.arange(rows) + 5000, torch.full((rows,), 3), vocab)
+    for p in (0.5, 0.8):
+        kept = top_k_top_p_sorted(x, torch.full((rows,), vocab), torch.full((rows,), p)) > float("-inf")
+        in_order = kept.gather(1, noised.argsort(dim=1, descending=True, stable=True))
+        draws = in_order.to(torch.int8).argmax(dim=1) + 1  # the draws until a kept token
+        for n in range(4):
+            bound = (1 - p) ** (n + 1)
+            seen = float((draws > n + 1).float().mean())
+            assert seen <= bound + 4 * (bound * (1 - bound) / rows) ** 0.5, (p, n, seen, bound)
+        assert float((draws > 1).float().mean()) > 0.5 * (1 - p)  # the rows do miss: the test has power
+    p9 = 1 - float(torch.tensor(0.9))  # 1 - p of a float32 top-p 0.9
+    assert [sample_check.launched_rounds([p9] * r) for r in (1, 2, 8, 64)] == [1, 2, 2, 3]
+    assert sample_check.launched_rounds([0.5]) == sample_check.launched_rounds([1.0]) == sample_check.EXTRA_ROUNDS
+
+
+def test_plain_steps_launch_the_rounds_their_top_p_needs_and_verify_steps_all():
+    plain = _plain(40, 500, 1, filters=False)
+    plain.temperature[:] = 1.0
+    plain.top_p[:] = 0.9
+    state = GumbelMaxSampler(block=64, programs=16, filter_span=128).prepare(plain)
+    assert state.check.rounds == 1
+    assert state.params.check_miss == (1 - float(torch.tensor(0.9)),)
+    plain.top_p[:], plain.top_k[:] = 1.0, 20  # top-k: no bound on a miss
+    assert GumbelMaxSampler(filter_span=128).prepare(plain).check.rounds == sample_check.EXTRA_ROUNDS
+    verify = synthetic_step(41, 300, 1, 2, ks=[2], greedy_frac=0.0, filters=False)
+    verify.top_p[:] = 0.9  # a residual draw can miss more often than 1 - p
+    impl = StochasticSampler(stats_block=64, draw_block=64, stats_span=128, filter_span=128)
+    assert impl.prepare(verify).check.rounds == sample_check.EXTRA_ROUNDS

@@ -45,6 +45,8 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("SYNTHETIC plain R=64", None, 64, 0, 1.0),
     ("SYNTHETIC plain R=256", None, 256, 0, 1.0),
     ("SYNTHETIC top-p 0.9 R=1", None, 1, 0, 0.9),
+    ("SYNTHETIC top-p 0.5 R=1", None, 1, 0, 0.5),
+    ("SYNTHETIC top-p 0.9 R=8", None, 8, 0, 0.9),
     ("SYNTHETIC top-p 0.9 R=64", None, 64, 0, 0.9),
     ("SYNTHETIC top-p 0.9 R=256", None, 256, 0, 0.9),
     ("SYNTHETIC verify k=4 R=64", None, 64, 4, 1.0),
