@@ -8,12 +8,12 @@ one state (its preallocated buffers, views of them, shapes and constexprs fixed 
 
 What a recorded launch skips: our Python that builds each launch's arguments (views such as
 ``open_len[j:j + 1]``, grids, plan properties: about 22 µs a launch on the CI machine), and Triton's
-``JITFunction.run`` (binding and specializing every argument, the cache key: most of the 30-55 µs an
-eager launch of a 36-argument kernel cost on the H200 machine's host; docs/BENCHMARKS.md, fifteenth
+``JITFunction.run`` (binding and specializing every argument, the cache key: most of the 30-48 µs an
+eager launch of an empty 36-argument kernel cost on the H200 machine's host; docs/BENCHMARKS.md, fifteenth
 session). Recording compiles the kernel for those arguments through ``JITFunction.warmup`` (Triton's own
 path: same specialization, same cache) and keeps the compiled kernel's launcher, ``compiled[grid]``, with
-the arguments in signature order, constexprs included (what ``JITFunction.run`` passes it; triton 3.6
-and 3.9). The launcher reads the current stream when it runs, so a CUDA graph's capture stream too.
+the arguments in signature order, constexprs included (what ``JITFunction.run`` passes it in the sources
+of triton 3.6 and 3.9; run on the GPU with 3.6). The launcher reads the current stream when it runs, so a CUDA graph's capture stream too.
 Under ``TRITON_INTERPRET=1``, or when ``warmup`` gives no compiled kernel, the list holds ``kernel[grid]`` calls.
 
 So a module constant read by a launch function (a block size, a register cap) is read when the state first
