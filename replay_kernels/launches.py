@@ -13,7 +13,8 @@ eager launch of an empty 36-argument kernel cost on the H200 machine's host; doc
 session). Recording compiles the kernel for those arguments through ``JITFunction.warmup`` (Triton's own
 path: same specialization, same cache) and keeps the compiled kernel's launcher, ``compiled[grid]``, with
 the arguments in signature order, constexprs included (what ``JITFunction.run`` passes it in the sources
-of triton 3.6 and 3.9; run on the GPU with 3.6). The launcher reads the current stream when it runs, so a CUDA graph's capture stream too.
+of triton 3.6 and 3.9; run on the GPU with 3.6). The launcher reads the current stream when it runs, so
+a CUDA graph's capture stream too.
 Under ``TRITON_INTERPRET=1``, or when ``warmup`` gives no compiled kernel, the list holds ``kernel[grid]`` calls.
 
 So a module constant read by a launch function (a block size, a register cap) is read when the state first
