@@ -112,9 +112,9 @@ def _mass_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, lo_ptr, m_pt
             x = _clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
             keep = (x >= L) & (x > float("-inf"))
             if TIES:
-                tl.store(pcnt_ptr + f * SPLITS + s, tl.sum(((offs < V) & (x == tl.load(vstar_ptr + f))).to(tl.int32),
-                                                            axis=0))
-                keep = keep & (x < tl.load(vstar_ptr + f))
+                vstar = tl.load(vstar_ptr + f)
+                tl.store(pcnt_ptr + f * SPLITS + s, tl.sum(((offs < V) & (x == vstar)).to(tl.int32), axis=0))
+                keep = keep & (x < vstar)
             tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(keep, tl.exp(x - tl.load(m_ptr + f)), 0.0), axis=0))
 
 

@@ -179,7 +179,7 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
     n = rows.numel()
     filter_rows = torch.nonzero(use_filter).flatten().to(torch.int32)
     topp_rows = use_filter & (search_p != 1)
-    check_rows = {int(rows[j]): j for j in checked.nonzero().flatten().tolist()}  # request -> a check row of it
+    p_checked = step.top_p.float()[torch.unique(rows[checked])].double()  # per request with a check row
     scratch = FilterScratch.allocate(
         int(filter_rows.numel()), v, device, any_topk=bool((use_filter & (search_k != v)).any()),
         any_topp=bool(topp_rows.any()), any_bound=bool((topp_rows & (use_min_p | (search_k != v))).any()),
@@ -191,7 +191,7 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
         cut_val=torch.full((n,), float("-inf"), dtype=torch.float32, device=device),
         cut_idx=torch.zeros(n, dtype=torch.int32, device=device), filter_rows=filter_rows.to(device),
         num_filter_rows=int(filter_rows.numel()), filters=scratch,
-        check_miss=tuple(1.0 - float(top_p[j]) if float(top_p[j]) < 1.0 else 1.0 for j in check_rows.values()))
+        check_miss=tuple(torch.where(p_checked < 1.0, 1.0 - p_checked, 1.0).tolist()))
 
 
 def launch_params(logits: torch.Tensor, rp: RowParams) -> None:
