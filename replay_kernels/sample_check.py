@@ -53,7 +53,7 @@ from .partials import last_to_arrive
 from .filters import FILTER_SPAN
 from .launches import launch
 from .params import load_processed
-from .rng import murmur3_finish, murmur3_row_key
+from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key
 
 EXTRA_ROUNDS = 3  # at most this many (draw, check) launch pairs after the first check, before the finish loop
 FINISH_ODDS = 0.02  # fewer rounds while the chance that some row is left to the finish loop stays below this
@@ -239,18 +239,21 @@ def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr
 @triton.jit
 def _row_draw(base, V, t, cv, ci, key, skip, BLOCK: tl.constexpr):
     """argmax (first index on ties) of processed + Gumbel noise over a whole row, token ``skip`` left out
-    (a one-hot residual's rejected draft; -1: none); no pruning needed: the same token as the pruned draw
-    kernel."""
+    (a one-hot residual's rejected draft; -1: none): the same token as the pruned draw kernel. A tile pays
+    for the noise's logs only if some ``x + gumbel_upper_bound(h)`` reaches the best score so far (the draw
+    kernel's rule: a skipped tile holds no score above it, and a tie at a later index loses)."""
     best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.zeros((), tl.int32)
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         x = tl.where(offs == skip, float("-inf"), load_processed(base, offs, V, t, cv, ci))
-        score = noised_score(x, murmur3_finish(key, offs), offs < V)
-        m, a = tl.max(score, axis=0, return_indices=True)
-        if m > best:
-            best = m
-            best_idx = start + a
+        h = murmur3_finish(key, offs)
+        if tl.max(x + gumbel_upper_bound(h), axis=0) >= best:
+            score = noised_score(x, h, offs < V)
+            m, a = tl.max(score, axis=0, return_indices=True)
+            if m > best:
+                best = m
+                best_idx = start + a
     return best_idx
 
 
