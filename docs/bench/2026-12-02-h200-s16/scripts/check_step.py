@@ -1,5 +1,6 @@
-"""The bench's SYNTHETIC top-p 0.9 step at V = 248,320 (seed_of(V, R, 0)) launched twice by gumbel-max, for ncu:
-the first launch compiles and records, the second is the one to profile. R from argv (default 64)."""
+"""The bench's SYNTHETIC top-p 0.9 step at V = 248,320 (seed_of(V, R, 0)) launched twice by gumbel-max, for ncu
+(call3.sh profiled the first launch's first draw and first check). R from argv (default 64). The last line reads
+``runner_up``, which only the runner-up tree has: on 3ad3946 it fails after the profiled launches."""
 import sys
 
 from replay_harness.bench.kernels.cases import Inputs
