@@ -46,16 +46,28 @@ def _low_top_p_step(seed: int, vocab: int, requests: int):
     return step
 
 
-def test_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
-    step = _low_top_p_step(5, 700, 12)
-    unfiltered = [int(torch.argmax(step.logits[r].float() + gumbel_row(int(step.seed[r]), int(step.positions[r]), 700)))
-                  for r in range(12)]
+def _assert_finish_loop_settles(vocab: int, device: str, **shape) -> None:
+    """No launched round: the one-program-per-row finish loop (its draw pruned by the noise bound) settles every
+    row the first check leaves open, most of them here, with the reference's tokens."""
+    step = _low_top_p_step(5, vocab, 12)
+    unfiltered = [int(torch.argmax(step.logits[r].float() + gumbel_row(int(step.seed[r]), int(step.positions[r]),
+                                                                       vocab))) for r in range(12)]
     want = ReferenceSampler().sample(step)
     missed = sum(unfiltered[r] != int(want.tokens[r, 0]) for r in range(12))
     assert missed >= 6, missed  # the first draw misses the set on most rows: the later stages do the work
-    # no launched rounds: the finish loop settles every row
+    compare(step, GumbelMaxSampler(**shape).sample(step.to(device)), want, max_near_ties=0)
+
+
+def test_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
     monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 0)
-    compare(step, GumbelMaxSampler(block=64, programs=16, filter_span=256).sample(step), want, max_near_ties=0)
+    _assert_finish_loop_settles(700, "cpu", block=64, programs=16, filter_span=256)
+
+
+@pytest.mark.gpu
+def test_gpu_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
+    """The same at a real vocabulary and the production launch shapes (the loop's pruned draw on the GPU)."""
+    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 0)
+    _assert_finish_loop_settles(151936, "cuda")
 
 
 @pytest.mark.parametrize("rounds", [0, 1, 2, 3])
