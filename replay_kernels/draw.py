@@ -62,20 +62,21 @@ NO_BEST = tl.constexpr(-2139095041)  # float_key(-inf): a row's published best b
 REDUCE_CHUNK = 128       # partials reduced per step
 MAX_LISTED = 256         # hashes a program lists at most (8 a lane in one warp)
 LOAD_TILES = 2           # tiles a pruning program reads at once (2 and 4 measured; 1,024-lane tiles were slower)
-TOP_MAXNREG = 96         # register cap of an uncapped shape in launches that record each row's max (TOP): 20
-#                          programs an SM, no spills (tools/kernel_resources.py, triton 3.6; 111 registers, 16 before)
 ROW_HASHES = 4096        # the row's smallest hashes whose tokens its programs list, aimed at (see listed_hashes)
 # (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
 # measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions).
 # Below 8 rows: 2048 x 8 warps, one tile a program (122 tiles cap the programs), nothing shared: every program
 # starts at once, so a published best comes too late to prune anything (sharing cost 8-10% at R = 1..4); capped at
 # 64 registers a thread (R = 1: 5.0 against 5.25 us uncapped). From 8 rows: 512-lane tiles in one-warp programs
-# (reductions without shared memory or barriers), sharing, uncapped (80 registers; caps of 48-72 measured 1-20%
-# slower): 1,024 programs a launch below 16 rows, 2,048 below 64 (3-13% faster than 1,024 at R = 32..48; 8,192
-# lost 9-20% at R = 8..16), 8,192 from 64 (6-26% faster than 1024 x 4 warps x 2048 at R = 64 and 256, plain and
-# verify, synthetic and real rows; 16,384 were 1-7% faster at R = 256, 5-6% slower at R = 64).
-DRAW_SHAPES = ((8, 2048, 8, DRAW_PROGRAMS, False, 64), (16, 512, 1, DRAW_PROGRAMS, True, None),
-               (64, 512, 1, 2 * DRAW_PROGRAMS, True, None), (1 << 31, 512, 1, 8192, True, None))
+# (reductions without shared memory or barriers), sharing (caps of 48-72 measured 1-20% slower): 1,024 programs
+# a launch below 16 rows, 2,048 below 64 (3-13% faster than 1,024 at R = 32..48; 8,192 lost 9-20% at R = 8..16),
+# 8,192 from 64 (6-26% faster than 1024 x 4 warps x 2048 at R = 64 and 256, plain and
+# verify, synthetic and real rows; 16,384 were 1-7% faster at R = 256, 5-6% slower at R = 64). The one-warp shapes
+# are capped at 96 registers, 20 programs an SM, no stack (tools/kernel_resources.py, triton 3.6): a plain draw
+# compiles to at most that anyway; the first draw of sample-and-check (TOP) took 111 (16 programs; thirteenth
+# session), a verify draw 114 (verify k=4 R = 256 draw 124.8 -> 120.3 µs at 96, R = 64 even; seventeenth).
+DRAW_SHAPES = ((8, 2048, 8, DRAW_PROGRAMS, False, 64), (16, 512, 1, DRAW_PROGRAMS, True, 96),
+               (64, 512, 1, 2 * DRAW_PROGRAMS, True, 96), (1 << 31, 512, 1, 8192, True, 96))
 
 
 def listed_hashes(splits: int) -> int:
@@ -435,8 +436,6 @@ class DrawScratch:
         """``split_as_rows``: split each row as if the launch had that many rows (default ``num_rows``);
         ``block`` / ``warps`` / ``programs`` None: from the ``table`` (default DRAW_SHAPES) by ``num_rows``."""
         block, warps, programs, share, maxnreg = draw_shape(num_rows, block, warps, programs, table)
-        if track_top and maxnreg is None:
-            maxnreg = TOP_MAXNREG
         splits, span = splits_for(num_rows if split_as_rows is None else split_as_rows, vocab, block, programs)
         rows = max(num_rows, 1)
         f32 = dict(dtype=torch.float32, device=device)
