@@ -104,7 +104,7 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
         rb = tl.zeros((), tl.float32)
         x2 = tl.full((), float("-inf"), tl.float32)
         raw_next = load_tile(row_base, lo, hi, BLOCK)
-        q_next = raw_next
+        q_next = raw_next  # a placeholder without draft logits (never read)
         if HAS_DRAFT:
             q_next = load_tile(draft_base, lo, hi, BLOCK)
         for start in range(lo, hi, BLOCK):
