@@ -300,12 +300,12 @@ TIE_RAW = (24.000001907348633, 24.000003814697266)  # distinct fp32 values whose
 
 def _top_held_step(seed: int, vocab: int):
     """12 rows at top-p 0.3, flat at 0 but for a peak of about 75% of the mass: held by one token (rows 0-3,
-    10-11) or tied between two (4-7 at temperature 1, 8-9 at temperature 3 with distinct raw values). Of a
-    tied pair only the higher id is kept (ascending (value, id) order), so a drawn lower id must be checked
-    and rejected."""
+    10-11) or tied between two (4-7 at temperature 1, 8-9 at temperature 3 with distinct raw values; row 4's
+    pair in one program's span, two loads apart with 2 x 64-lane loads). Of a tied pair only the higher id is
+    kept (ascending (value, id) order), so a drawn lower id must be checked and rejected."""
     step = _plain(seed, vocab, 12, filters=False)
     logits = torch.zeros(12, vocab)
-    lanes = {0: (3,), 1: (vocab // 2,), 2: (vocab - 1,), 3: (700,), 4: (5, 8), 5: (300, 301), 6: (5, vocab - 40),
+    lanes = {0: (3,), 1: (vocab // 2,), 2: (vocab - 1,), 3: (700,), 4: (5, 300), 5: (300, 301), 6: (5, vocab - 40),
              7: (2, 650), 8: (6, 9), 9: (20, vocab - 3), 10: (11,), 11: (vocab - 7,)}
     for r, held in lanes.items():
         for i, lane in enumerate(held):
@@ -322,8 +322,9 @@ def test_first_check_keeps_a_drawn_token_held_once_at_the_top_unread_and_checks_
     """The first draw flags rows whose largest processed value one lane holds (``draw.top[1]``); the first
     check keeps a drawn token that is that lane without reading the row (its partials stay unwritten) and
     checks every other row, ties at the top included (rows 8-9: distinct raw values, equal after the
-    temperature). Mutation-checked: counting the lanes of one span when the top lies in two, or keeping a
-    drawn token at the top whatever the flag, fails it."""
+    temperature). Mutation-checked: counting the lanes of one span when the top lies in two, counting only the
+    last load of a program that holds the top in two, or keeping a drawn token at the top whatever the flag,
+    fails it."""
     vocab, drew_tied_lower = 1000, 0
     for seed in range(3):
         step, lanes = _top_held_step(seed, vocab)
