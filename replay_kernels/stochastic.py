@@ -302,9 +302,9 @@ class StochasticSampler(LaunchSampler):
 
     def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int | None = None,
                  filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS,
-                 fused_below: int = FUSED_BELOW):
+                 fused_below: int | None = None):
         self.stats_block = stats_block
-        self.fused_below = fused_below
+        self.fused_below = FUSED_BELOW if fused_below is None else fused_below  # read here: tools/ab_kernels.py --set
         self.position_warps = position_warps
         self.position_maxnreg = POSITION_MAXNREG
         self.stats_span = stats_span or STATS_SPAN // STATS_BLOCK * stats_block  # 4 tiles a span

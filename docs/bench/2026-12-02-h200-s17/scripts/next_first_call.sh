@@ -12,7 +12,7 @@
 #    or 16 instead of 32: each open row of a round split over 122 programs of one 2,048-lane tile or 61 of two,
 #    instead of 31 of four; a round with a few open rows took 15-17 µs for its draw at top-p 0.9 R = 64,
 #    call1_sequence.txt), against the tree, on the top-p cases, tokens compared.
-# 2. The GPU tests with the counts patch copied over the device's tree.
+# 2. verify k=4 R=64 with one position launch; 3. the GPU tests with the counts patch (copied over the device's tree).
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 G=/tmp/n; mkdir -p $G
@@ -23,6 +23,16 @@ timeout 330 python3 tools/ab_kernels.py --kernels --steps 5 --cases "top-p 0.9,S
   2>&1 | grep -v -i warn > $G/ab_counts_rounds.txt
 echo "ab rc=$?"; grep "^|" $G/ab_counts_rounds.txt
 tar czf $OUT/next.tgz -C $G .
+# 2. verify k=4 R=64 in one position launch for all positions (FUSED_BELOW above 64; it reads the rows after a
+#    rejection too, but pays one launch's critical path instead of four: the later positions cost 12-21 µs each
+#    for few rows, call1_sequence.txt; the sixth session measured it 9% slower, before the tiles were loaded ahead)
+timeout 90 python3 tools/ab_kernels.py --kernels --steps 5 --cases "verify k=4 R=64" \
+  --variant base=scratch/tree/replay_kernels \
+  --variant fused=scratch/tree/replay_kernels --set "fused:stochastic.FUSED_BELOW=65" \
+  2>&1 | grep -v -i warn > $G/ab_fused_r64.txt
+echo "ab2 rc=$?"; grep "^|" $G/ab_fused_r64.txt
+tar czf $OUT/next.tgz -C $G .
+# 3. the GPU tests with the counts patch
 cp scratch/counts/replay_kernels/*.py replay_kernels/  # on the device's copy of the tree only
 timeout 200 python3 -m pytest -q -m gpu tests/test_kernels.py tests/test_sample_check.py tests/test_launches.py \
   -p no:cacheprovider > $G/gpu_tests_counts.txt 2>&1
