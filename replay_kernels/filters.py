@@ -362,14 +362,17 @@ class FilterScratch:
 
     @classmethod
     def allocate(cls, num_rows: int, vocab: int, device, *, any_topk: bool, any_topp: bool,
-                 any_bound: bool, span: int = FILTER_SPAN, grid_rows: int | None = None) -> "FilterScratch":
+                 any_bound: bool, span: int = FILTER_SPAN, grid_rows: int | None = None,
+                 listed: int | None = None) -> "FilterScratch":
         """``span``: elements per program (a power of two; tests shrink it to split small rows);
-        ``grid_rows``: programs along rows (default one a row)."""
+        ``grid_rows``: programs along rows (default one a row); ``listed``: the rows listed at first
+        (default ``num_rows``; a list filled on the device starts shorter)."""
         splits = max(1, triton.cdiv(vocab, span))
         fs = cls(splits=splits, span=span, any_topk=any_topk, any_topp=any_topp,
                  any_bound=any_bound, idx_rounds=max(1, triton.cdiv(max(vocab - 1, 1).bit_length(), 4)))
         f = max(num_rows, 1)
-        fs.grid_rows, fs.count = min(f, grid_rows or f), torch.full((1,), num_rows, dtype=torch.int32, device=device)
+        listed = num_rows if listed is None else listed
+        fs.grid_rows, fs.count = min(f, grid_rows or f), torch.full((1,), listed, dtype=torch.int32, device=device)
         for name in ("bound", "sum_bound", "m", "s0", "s", "omp", "vstar"):
             fs.f32[name] = torch.empty(f, dtype=torch.float32, device=device)
         fs.f32.update({name: torch.empty((f, splits), dtype=torch.float32, device=device) for name in ("pmax", "psum")})

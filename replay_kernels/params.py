@@ -23,7 +23,8 @@ passes of :mod:`replay_kernels.filters` (row maximum and min-p bound; top-k by a
 kept; top-p by the sum-exp of the kept values, a 16-way search for the smallest
 kept value ``v*`` whose ascending cumulative mass exceeds ``1 - p``, and the cut
 inside the tie group at ``v*`` in token-id order), each pass one launch over
-(filtered rows x spans of the row).
+(filtered rows x spans of the row); rows with top-k (k up to ``gather_max_k``) by the same searches on the
+values at or above their k-th largest block maximum, gathered in two passes (:mod:`replay_kernels.topk_gather`).
 
 Known, documented differences from the oracle (near-ties, see replay_harness/oracle/near_tie.py):
 the cumulative mass is a sum of per-span fp32 sums, not the oracle's sorted cumsum,
@@ -45,6 +46,9 @@ from replay_harness.recording.step import Step
 
 from .filters import FILTER_SPAN, FilterScratch, launch_filters
 from .launches import launch
+from .topk_gather import GatherScratch, gather_max_k, launch_gather
+
+GATHER_SEARCH_ROWS = 8  # programs along rows of the search for gathered rows that do not fit (when no row is listed)
 
 
 
@@ -69,15 +73,16 @@ def load_processed(row_ptr, offs, V, t, cut_val, cut_idx):
 def process_loaded(raw, offs, t, cut_val, cut_idx):
     """float32 processed values of the loaded logits ``raw`` of lanes ``offs`` (any float dtype).
 
-    NaN comes back as -inf. A row left alone (``t == 1``, no filter bound) takes a scalar branch
-    that skips the IEEE division and the mask: ``x / 1 == x`` exactly and the bound ``(-inf, 0)``
-    keeps every non-NaN value, so both branches agree bit for bit.
+    NaN comes back as -inf. Two scalar branches: a row at ``t == 1`` skips the IEEE division (``x / 1 == x``
+    exactly, NaN stays NaN), and a row without a filter bound skips the mask (the bound ``(-inf, 0)`` keeps
+    every non-NaN value; NaN fails the mask), so every path gives the same values bit for bit.
     """
     x = raw.to(tl.float32)
-    if (t == 1.0) & (cut_val == float("-inf")):
+    if t != 1.0:
+        x = tl.math.div_rn(x, t)
+    if cut_val == float("-inf"):
         x = tl.where(x != x, float("-inf"), x)
     else:
-        x = tl.math.div_rn(x, t)
         x = tl.where(keep_mask(x, offs, cut_val, cut_idx), x, float("-inf"))
     return x
 
@@ -112,9 +117,11 @@ class RowParams:
                         after the draw, not by the bound (which then holds min-p only)
     cut_val    float32  filter bound, written by :func:`launch_params` (-inf = keep all)
     cut_idx    int32    filter tie index, written by :func:`launch_params`
-    filter_rows int32 [F] rows whose bound must be computed (min-p / top-k / top-p)
+    filter_rows int32 [F] rows whose bound the filter passes search: the rows without a gather first
+               (min-p, top-p, k above gather_max_k), then slots for the gathered rows that do not fit
     num_filter_rows: int F (host int, fixed at prepare time)
     filters    FilterScratch: the filter passes' scratch and stage flags (replay_kernels.filters)
+    gather     GatherScratch or None: the rows whose top-k bound is gathered (replay_kernels.topk_gather)
     check_miss tuple[float]: per request with a check row, a bound on the chance that one draw misses
                its set (1 - top_p; 1.0 for top-k: unbounded), host floats (sets the launched rounds)
     """
@@ -132,6 +139,7 @@ class RowParams:
     filter_rows: torch.Tensor
     num_filter_rows: int
     filters: FilterScratch
+    gather: GatherScratch | None = None
     check_miss: tuple[float, ...] = ()
 
 
@@ -177,25 +185,34 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
     search_p = torch.where(checked, torch.ones_like(top_p), top_p)
     use_filter = active & (use_min_p | (search_k != v) | (search_p != 1))
     n = rows.numel()
-    filter_rows = torch.nonzero(use_filter).flatten().to(torch.int32)
+    gathered = use_filter & (search_k != v) & (search_k <= gather_max_k(v, filter_span))
+    searched = torch.nonzero(use_filter & ~gathered).flatten().to(torch.int32)
+    gather_rows = torch.nonzero(gathered).flatten().to(torch.int32)
+    filter_rows = torch.cat([searched, gather_rows])  # a gathered row's slot is written when it is appended
     topp_rows = use_filter & (search_p != 1)
     p_checked = step.top_p.float()[torch.unique(rows[checked])].double()  # per request with a check row
     scratch = FilterScratch.allocate(
         int(filter_rows.numel()), v, device, any_topk=bool((use_filter & (search_k != v)).any()),
         any_topp=bool(topp_rows.any()), any_bound=bool((topp_rows & (use_min_p | (search_k != v))).any()),
-        span=filter_span)
+        span=filter_span, listed=int(searched.numel()),
+        grid_rows=max(int(searched.numel()), min(int(gather_rows.numel()), GATHER_SEARCH_ROWS)))
+    gather = (GatherScratch.allocate(gather_rows.to(device), scratch.splits, filter_span, int(searched.numel()), device)
+              if gather_rows.numel() else None)
     return RowParams(
         temp_div=temp_div.to(device), log_min_p=log_min_p.float(), top_k=k.to(torch.int32).to(device),
         top_p=top_p.to(device), search_top_k=search_k.to(torch.int32).to(device), search_top_p=search_p.to(device),
         check=checked.to(torch.int32).to(device), any_check=bool(checked.any()),
         cut_val=torch.full((n,), float("-inf"), dtype=torch.float32, device=device),
         cut_idx=torch.zeros(n, dtype=torch.int32, device=device), filter_rows=filter_rows.to(device),
-        num_filter_rows=int(filter_rows.numel()), filters=scratch,
+        num_filter_rows=int(filter_rows.numel()), filters=scratch, gather=gather,
         check_miss=tuple(torch.where(p_checked < 1.0, 1.0 - p_checked, 1.0).tolist()))
 
 
 def launch_params(logits: torch.Tensor, rp: RowParams) -> None:
     """Device work: write ``rp.cut_val`` / ``rp.cut_idx`` for the filtered rows (no host sync)."""
+    if rp.gather is not None:
+        launch_gather(logits, rp.gather, rp.temp_div, rp.log_min_p, rp.search_top_k, rp.search_top_p, rp.cut_val,
+                      rp.cut_idx, rp.filter_rows, rp.filters.count)
     launch_filters(logits, rp.filter_rows, rp.temp_div, rp.log_min_p, rp.search_top_k, rp.search_top_p, rp.cut_val,
                    rp.cut_idx, rp.filters)
 

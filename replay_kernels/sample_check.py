@@ -33,8 +33,8 @@ At temperature 1 a drawn token misses the top-p set with probability at most
 for the others; these draws split each open row over more programs than the first
 draw does), then :func:`_finish_kernel`, one program per row that loops
 (draw, check) over whole rows until every row is settled (exact whatever the
-parameters; rarely has work). Rows with both top-k and top-p keep the search
-(their top-p mass is over the top-k set, whose bound a check does not give).
+parameters; rarely has work). Rows with both top-k and top-p get a bound
+first (their top-p mass is over the top-k set, which a check does not give: replay_kernels/topk_gather.py).
 
 Bytes per check pass: V x 4 B (fp32) per open row, 12 B per program of partials; 4 B per row of ``top``.
 """

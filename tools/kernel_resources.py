@@ -38,7 +38,7 @@ SM_PARTITION_REGS = 16384  # registers of one of the four partitions of an H100/
 MAX_WARPS, MAX_PROGRAMS = 64, 32  # resident warps and programs an SM
 
 
-def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype: str) -> list[tuple]:
+def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype: str, top_k: int = 0) -> list[tuple]:
     """(JITFunction, args, kwargs, grid) of every kernel launch of one ``impl.launch`` on the shape, in order."""
     import torch
     from triton.runtime.jit import JITFunction
@@ -52,7 +52,7 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
         if not warmup:
             launches.append((self, args, kwargs, grid))
 
-    step = Inputs.make(V, R, k, seed=0, device="cpu").step(top_p)
+    step = Inputs.make(V, R, k, seed=0, device="cpu").step(top_p, top_k)
     if dtype != "fp32":
         step.logits = step.logits.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype]))
     impl = get_impl(impl_name)
@@ -115,15 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=0, help="drafts a request (stochastic)")
     ap.add_argument("--V", type=int, default=248320, help="vocabulary")
     ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0, help="top-k of every request (default 0: off)")
     ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="logits dtype")
     args = ap.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are imported: compile them, do not interpret them
     try:
-        launches = record_launches(args.impl, args.V, args.R, args.k, args.top_p, args.dtype)
+        launches = record_launches(args.impl, args.V, args.R, args.k, args.top_p, args.dtype, args.top_k)
     except Exception as e:  # noqa: BLE001 - an unknown impl, one without prepare/launch, a bad shape: one line
         print(f"kernel_resources: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    print(f"# {args.impl} V={args.V} R={args.R} k={args.k} top_p={args.top_p} {args.dtype}: {len(launches)} "
+    print(f"# {args.impl} V={args.V} R={args.R} k={args.k} top_p={args.top_p} top_k={args.top_k} {args.dtype}: "
+          f"{len(launches)} "
           "launches, compiled for sm_90")
     print("| # | kernel | grid | warps | maxnreg | regs | stack B | programs an SM | sass |")
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|")

@@ -1,7 +1,7 @@
 """Launch one impl on one SYNTHETIC production shape a few times, for Nsight Compute to profile.
 
     ncu --section SpeedOfLight --kernel-name regex:_draw_kernel --launch-skip 2 --launch-count 1 \
-        python tools/ncu_target.py --impl gumbel-max --R 256 --k 0 --V 248320 [--top-p 0.9]
+        python tools/ncu_target.py --impl gumbel-max --R 256 --k 0 --V 248320 [--top-p 0.9] [--top-k 50]
 
 Inputs are replay_harness.bench.kernels.cases.Inputs (randn*3 plus one peak per row, temperature 1).
 """
@@ -22,9 +22,10 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=0)
     ap.add_argument("--V", type=int, default=248320)
     ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0, help="top-k of every request (default 0: off)")
     ap.add_argument("--launches", type=int, default=4)
     args = ap.parse_args()
-    step = Inputs.make(args.V, args.R, args.k, seed=0, device="cuda").step(args.top_p)
+    step = Inputs.make(args.V, args.R, args.k, seed=0, device="cuda").step(args.top_p, args.top_k)
     impl = get_impl(args.impl)
     state = impl.prepare(step)
     for _ in range(args.launches):

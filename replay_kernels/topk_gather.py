@@ -1,0 +1,286 @@
+"""The filter bound of top-k rows from a gathered candidate set: two passes over the row, not 8 to 23.
+
+A row with top-k (with or without top-p and min-p) keeps a subset of ``{x >= x_(k)}``, the values at or
+above its k-th largest. Four launches find that set and its bound without the 16-way search of
+:mod:`replay_kernels.filters`:
+
+1. ``_block_max_kernel``, grid ``(F, SPLITS)``: the maxima of the row's blocks of ``span / 32`` lanes (256)
+   (clean values: temperature applied, NaN read as -inf). One read of the row.
+2. ``_threshold_kernel``, grid ``(F,)``: ``M``, the row's largest value; the min-p bound ``L = M + log(min_p)``;
+   ``L0``, the k-th largest block maximum. The blocks are disjoint, so at least k values are ``>= L0``:
+   ``x_(k) >= L0``. The threshold ``T = max(L0, L)``.
+3. ``_gather_kernel``, grid ``(F, cdiv(V, GATHER_SPAN))``: every lane with ``x >= T`` appends ``(x, token id)``
+   to its row's candidate list (each such lane takes its slot with one ``atomic_add``; a span without any
+   writes nothing). One read of the row. The slot order is the arrival order: the searches below count and
+   add in fixed point, so nothing depends on it.
+4. ``_solve_kernel``, grid ``(F,)``: the searches of :mod:`replay_kernels.filters` (16-way rounds over the
+   monotone int32 key), on the n candidates instead of the row: the k-th largest value ``x_(k)`` (top-k keeps
+   every value ``>= x_(k)``, ties kept, all of them candidates; with ``n < k`` min-p left fewer than k values,
+   ``L > L0``, and keeps the candidates, all of them); for top-p (``p < 1``) over that kept set, the sum-exp
+   ``S``, the largest value ``v*`` whose kept mass strictly below is at most ``(1 - p) S``, and inside the tie
+   group at ``v*`` the count dropped in token-id order (the oracle's stable sort) and the id of the first
+   kept. The masses ``exp(x - M)`` are added as int64 multiples of 2^-40: exact, so the sums do not depend
+   on the order the candidates arrived in (fp32 rounds each term by at most 2^-24 relative; these drop terms
+   below 2^-40 absolute, with ``S >= 1``: a finer rounding of the same near-tie class).
+
+A row whose candidates do not fit (``n > GATHER_CAP``: many ties at the top, or values clustered in few
+blocks), whose block maxima leave ``L0 = -inf`` (fewer than k blocks with a finite value) or whose largest value
+is +inf is appended to the row list of :func:`replay_kernels.filters.launch_filters`, which searches its bound
+as before (its launches run every step, graph-static; with no row listed each of their programs exits at once).
+Rows with ``k > gather_max_k(V, span)`` stay with the search from the start (host rule, fixed by V).
+
+Near-ties: the cumulative mass is a fixed-point sum, not the oracle's sorted fp32 cumsum: a top-p decision
+within rounding of ``1 - p`` may differ, the class the search has too (replay_harness/oracle/near_tie.py).
+Bytes per row: 2 reads of the row (8 B a value for fp32 logits) plus ``8 n`` B of candidates written and read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .filters import KEY_ROUNDS, WAYS, _candidates, _clean, float_key, key_to_float
+from .launches import launch
+
+GATHER_CAP = 2048           # candidates a row, searched by one program (a power of two)
+GATHER_SPAN = 2048          # lanes a gather program reads (its per-lane atomics keep it to 4 warps of 16 lanes)
+SEARCH_CHUNK = 64           # candidates a search round reads at a time (the first chunk is read once)
+THRESHOLD_CHUNK = 256       # block maxima a round of the threshold search reads at a time (992 at V = 248,320)
+BLOCKS_PER_SPAN = 32        # block maxima a span of the filter passes (blocks of span / 32 lanes)
+GATHER_MAX_K = 256          # rows with a larger k keep the search (so do k above a quarter of the blocks)
+SOLVE_WARPS = 4
+_ROUNDS, _WAYS = tl.constexpr(KEY_ROUNDS), tl.constexpr(WAYS)  # the searches' 16-way rounds over 32 bits
+
+
+def gather_max_k(vocab: int, span: int) -> int:
+    """The largest k gathered at this vocabulary: a quarter of the row's non-empty blocks, at most GATHER_MAX_K.
+
+    The threshold is the k-th largest block maximum; with k at most a quarter of the blocks, an
+    exchangeable row has about 1.15 k values above it (far below GATHER_CAP)."""
+    lanes = max(1, span // BLOCKS_PER_SPAN)
+    return min(GATHER_MAX_K, triton.cdiv(vocab, lanes) // 4)
+
+
+@triton.jit
+def _block_max_kernel(logits_ptr, stride, rows_ptr, temp_ptr, bmax_ptr, V, NB, SPAN: tl.constexpr,
+                      NBLK: tl.constexpr):
+    """Grid (F, SPLITS): the NBLK block maxima of span s of gather row f, from one load of the span."""
+    f = tl.program_id(0)
+    s = tl.program_id(1)
+    row = tl.load(rows_ptr + f)
+    x = _clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
+    tl.store(bmax_ptr + f * NB + s * NBLK + tl.arange(0, NBLK), tl.max(tl.reshape(x, (NBLK, SPAN // NBLK)), axis=1))
+
+
+@triton.jit
+def _chunk_partials(x, idx, live, c, kth, M, vstar, MODE: tl.constexpr):
+    """One chunk's 16 partials (int64) for the candidates ``c`` (see :func:`_partials`)."""
+    key = float_key(x)
+    if MODE == 0:
+        part = tl.sum((live[:, None] & (key[:, None] >= c[None, :])).to(tl.int32), axis=0).to(tl.int64)
+    elif MODE == 1:
+        e = _fixed(x, M, live & (key >= kth))
+        part = tl.sum(tl.where(key[:, None] < c[None, :], e[:, None], 0), axis=0)
+    else:
+        part = tl.sum(((live & (x == vstar))[:, None] & (idx[:, None] < c[None, :])).to(tl.int32), axis=0).to(tl.int64)
+    return part
+
+
+@triton.jit
+def _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE: tl.constexpr, CHUNK: tl.constexpr):
+    """One round's 16 partials over the n values at ``vals_ptr`` (token ids at ``ids_ptr``): the first CHUNK are
+    ``x0`` / ``id0``, loaded once by the caller (a row's candidates, most often all of them), the rest are read a
+    chunk at a time.
+
+    ``MODE`` 0: ``#{x : key(x) >= c}``; 1: ``sum{x >= kth, key(x) < c} fix(exp(x - M))`` (int64 fixed point, so
+    the sum does not depend on the candidates' order); 2: ``#{x == vstar, id < c}``."""
+    j0 = tl.arange(0, CHUNK)
+    acc = _chunk_partials(x0, id0, j0 < n, c, kth, M, vstar, MODE)
+    for start in range(CHUNK, n, CHUNK):
+        j = start + j0
+        x = tl.load(vals_ptr + j, mask=j < n, other=float("-inf"))
+        if MODE == 2:
+            idx = tl.load(ids_ptr + j, mask=j < n, other=0)
+        else:
+            idx = j
+        acc += _chunk_partials(x, idx, j < n, c, kth, M, vstar, MODE)
+    return acc
+
+
+@triton.jit
+def _fixed(x, M, keep):
+    """exp(x - M) in [0, 1] as int64 multiples of 2^-40 where ``keep`` (else 0): sums exact, in any order."""
+    return tl.where(keep, (tl.exp(x - M) * 1099511627776.0).to(tl.int64), 0)
+
+
+@triton.jit
+def _mass(fixed):
+    """A fixed-point sum of :func:`_fixed` as fp32."""
+    return fixed.to(tl.float32) * 9.094947017729282e-13  # 2^-40
+
+
+@triton.jit
+def _search(x0, id0, vals_ptr, ids_ptr, n, c_lo, c_hi, target, kth, M, S, vstar, MODE: tl.constexpr,
+            CHUNK: tl.constexpr):
+    """The largest c in [c_lo, c_hi] (int64) whose predicate holds, by 8 rounds of a 16-way search (2^32 values).
+
+    ``MODE`` 0: ``#{key >= c} >= target``; 1: ``mass(x >= kth, key < c) / S <= target``; 2: ``#{x == vstar,
+    id < c} <= target``. Each is monotone in c and holds at ``c_lo``."""
+    lo = c_lo
+    hi = c_hi
+    for _ in tl.static_range(_ROUNDS):
+        c = _candidates(lo, hi, _WAYS)
+        part = _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE, CHUNK)
+        if MODE == 1:
+            q = _mass(part) / S <= target
+        elif MODE == 0:
+            q = part >= target
+        else:
+            q = part <= target
+        lo, hi = tl.max(tl.where(q, c, lo), axis=0), tl.min(tl.where(q, hi, c - 1), axis=0)
+    return lo
+
+
+@triton.jit
+def _threshold_kernel(rows_ptr, topk_ptr, logminp_ptr, bmax_ptr, thr_ptr, m_ptr, cnt_ptr, fb_count_ptr, listed, NB,
+                      CHUNK: tl.constexpr):
+    """Grid (F,): M, the gather threshold max(L0, L) (+inf: leave the row to the search), the candidate
+    count set to 0; program 0 sets the search's list back to its ``listed`` rows."""
+    f = tl.program_id(0)
+    if f == 0:
+        tl.store(fb_count_ptr, listed)
+    row = tl.load(rows_ptr + f)
+    j0 = tl.arange(0, CHUNK)
+    x0 = tl.load(bmax_ptr + f * NB + j0, mask=j0 < NB, other=float("-inf"))
+    M = tl.max(x0, axis=0)
+    for start in range(CHUNK, NB, CHUNK):
+        j = start + j0
+        M = tl.maximum(M, tl.max(tl.load(bmax_ptr + f * NB + j, mask=j < NB, other=float("-inf")), axis=0))
+    lowest = float_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64)
+    kk = tl.load(topk_ptr + row).to(tl.int64)  # 1 <= kk <= NB (gather_max_k)
+    L0 = key_to_float(_search(x0, j0, bmax_ptr + f * NB, bmax_ptr, NB, lowest, float_key(M).to(tl.int64), kk, 0, M,
+                              1.0, M, 0, CHUNK))
+    L = M + tl.load(logminp_ptr + row)
+    L = tl.where(L != L, float("-inf"), L)
+    ok = (L0 > float("-inf")) & (M < float("inf"))
+    tl.store(thr_ptr + f, tl.where(ok, tl.maximum(L0, L), float("inf")))
+    tl.store(m_ptr + f, M)
+    tl.store(cnt_ptr + f, 0)
+
+
+@triton.jit
+def _gather_kernel(logits_ptr, stride, rows_ptr, temp_ptr, thr_ptr, cnt_ptr, vals_ptr, ids_ptr, V,
+                   SPAN: tl.constexpr, CAP: tl.constexpr):
+    """Grid (F, cdiv(V, SPAN)): append the lanes of span s with x >= T to row f's candidates, from one load of the
+    span: each such lane (a few a row) takes its slot with its own ``atomic_add``; slots past CAP are
+    counted, not written."""
+    f = tl.program_id(0)
+    s = tl.program_id(1)
+    thr = tl.load(thr_ptr + f)
+    if thr < float("inf"):
+        row = tl.load(rows_ptr + f)
+        offs = s * SPAN + tl.arange(0, SPAN)
+        x = _clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
+        sel = x >= thr  # T > -inf: lanes past V (-inf) are never selected
+        if tl.max(sel.to(tl.int32), axis=0) > 0:
+            pos = tl.atomic_add(cnt_ptr + f + tl.zeros([SPAN], tl.int32), 1, mask=sel)
+            tl.store(vals_ptr + f * CAP + pos, x, mask=sel & (pos < CAP))
+            tl.store(ids_ptr + f * CAP + pos, offs, mask=sel & (pos < CAP))
+
+
+@triton.jit
+def _solve_kernel(rows_ptr, topk_ptr, topp_ptr, thr_ptr, m_ptr, cnt_ptr, vals_ptr, ids_ptr, cut_val_ptr, cut_idx_ptr,
+                  fb_rows_ptr, fb_count_ptr, CAP: tl.constexpr, CHUNK: tl.constexpr):
+    """Grid (F,): the bound of row f from its n candidates, the filter passes' three searches on them only
+    (k-th value; top-p value v*; the tie cut in id order), or the row appended to the search's list."""
+    f = tl.program_id(0)
+    row = tl.load(rows_ptr + f)
+    n = tl.load(cnt_ptr + f)
+    thr = tl.load(thr_ptr + f)
+    if (thr < float("inf")) & (n <= CAP):
+        vals = vals_ptr + f * CAP
+        ids = ids_ptr + f * CAP
+        M = tl.load(m_ptr + f)  # the largest candidate
+        top = float_key(M).to(tl.int64)
+        j0 = tl.arange(0, CHUNK)
+        x0 = tl.load(vals + j0, mask=j0 < n, other=float("-inf"))  # the first CHUNK candidates, read once
+        id0 = tl.load(ids + j0, mask=j0 < n, other=0)
+        # top-k: every value >= the k-th largest; fewer than k candidates (min-p kept fewer): all (x >= thr)
+        kk = tl.load(topk_ptr + row).to(tl.int64)
+        kth = _search(x0, id0, vals, ids, n, float_key(thr).to(tl.int64), top, kk, 0, M, 1.0, M, 0, CHUNK)
+        cut_val = key_to_float(kth)
+        cut_idx = tl.zeros((), tl.int32)
+        p = tl.load(topp_ptr + row)
+        if p < 1.0:
+            c = tl.full([_WAYS], 2147483647, tl.int64)  # every kept value is below: the total mass
+            S = _mass(tl.max(_partials(x0, id0, vals, ids, n, c, kth, M, M, 1, CHUNK), axis=0))
+            omp = 1.0 - p
+            vstar = _search(x0, id0, vals, ids, n, kth, top, omp, kth, M, S, M, 1, CHUNK)  # mass(x < v*)/S <= 1 - p
+            cut_val = key_to_float(vstar)
+            m = tl.max(_partials(x0, id0, vals, ids, n, c, kth, M, cut_val, 2, CHUNK), axis=0)  # v*'s tie group
+            if m > 1:  # the oracle's stable sort cuts the tie group in id order: drop its ndrop lowest ids
+                vs = tl.full([_WAYS], 0, tl.int64) + vstar
+                below = _mass(tl.max(_partials(x0, id0, vals, ids, n, vs, kth, M, M, 1, CHUNK), axis=0))
+                ndrop_f = tl.floor((omp - below / S) / (tl.exp(cut_val - M) / S))
+                ndrop = tl.minimum(tl.maximum(ndrop_f, 0.0), (m - 1).to(tl.float32)).to(tl.int64)
+                if ndrop > 0:
+                    zero = tl.zeros((), tl.int64)
+                    cut_idx = _search(x0, id0, vals, ids, n, zero, zero + 2147483647, ndrop, kth, M, S, cut_val, 2,
+                                      CHUNK).to(tl.int32)
+        tl.store(cut_val_ptr + row, cut_val)
+        tl.store(cut_idx_ptr + row, cut_idx)
+    else:
+        tl.store(fb_rows_ptr + tl.atomic_add(fb_count_ptr, 1), row)
+
+
+@dataclass
+class GatherScratch:
+    """Device scratch of the gather for F rows: rows [F] int32 (the gathered rows), bmax [F, NB] float32
+    (NB = SPLITS x BLOCKS_PER_SPAN block maxima), thr / m [F] float32, cnt [F] int32 (candidates found),
+    vals [F, GATHER_CAP] float32 / ids [F, GATHER_CAP] int32 (the candidates, in arrival order). ``listed``: the
+    rows the search's list holds before any is appended (host int)."""
+
+    rows: torch.Tensor
+    bmax: torch.Tensor
+    thr: torch.Tensor
+    m: torch.Tensor
+    cnt: torch.Tensor
+    vals: torch.Tensor
+    ids: torch.Tensor
+    span: int
+    listed: int
+
+    @classmethod
+    def allocate(cls, rows: torch.Tensor, splits: int, span: int, listed: int, device) -> "GatherScratch":
+        f = rows.numel()
+        nblk = min(BLOCKS_PER_SPAN, span)
+        i32 = dict(dtype=torch.int32, device=device)
+        return cls(rows=rows.to(**i32), bmax=torch.empty((f, splits * nblk), dtype=torch.float32, device=device),
+                   thr=torch.empty(f, dtype=torch.float32, device=device),
+                   m=torch.empty(f, dtype=torch.float32, device=device), cnt=torch.zeros(f, **i32),
+                   vals=torch.empty((f, GATHER_CAP), dtype=torch.float32, device=device),
+                   ids=torch.empty((f, GATHER_CAP), **i32),
+                   span=span, listed=listed)
+
+
+def launch_gather(logits: torch.Tensor, gs: GatherScratch, temp_div: torch.Tensor, log_min_p: torch.Tensor,
+                  top_k: torch.Tensor, top_p: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,
+                  search_rows: torch.Tensor, search_count: torch.Tensor) -> None:
+    """Device work only (graph-capturable): the bounds of the rows ``gs.rows``; a row that cannot be
+    gathered is appended to ``search_rows[search_count:]`` (``search_count`` is first set to ``gs.listed``)."""
+    F, V = gs.rows.numel(), logits.shape[1]
+    if F == 0:
+        return
+    nb = gs.bmax.shape[1]
+    splits, nblk = nb // min(BLOCKS_PER_SPAN, gs.span), min(BLOCKS_PER_SPAN, gs.span)
+    head = (logits, logits.stride(0), gs.rows, temp_div)
+    launch(_block_max_kernel, (F, splits), *head, gs.bmax, V, nb, SPAN=gs.span, NBLK=nblk, num_warps=8)
+    launch(_threshold_kernel, (F,), gs.rows, top_k, log_min_p, gs.bmax, gs.thr, gs.m, gs.cnt, search_count,
+           gs.listed, nb, CHUNK=min(THRESHOLD_CHUNK, triton.next_power_of_2(nb)), num_warps=8)
+    gspan = min(GATHER_SPAN, gs.span)
+    launch(_gather_kernel, (F, triton.cdiv(V, gspan)), *head, gs.thr, gs.cnt, gs.vals, gs.ids, V, SPAN=gspan,
+           CAP=GATHER_CAP, num_warps=4)
+    launch(_solve_kernel, (F,), gs.rows, top_k, top_p, gs.thr, gs.m, gs.cnt, gs.vals, gs.ids, cut_val, cut_idx,
+           search_rows, search_count, CAP=GATHER_CAP, CHUNK=SEARCH_CHUNK, num_warps=SOLVE_WARPS)

@@ -1,0 +1,94 @@
+"""Top-k bounds from gathered candidates (replay_kernels/topk_gather.py) against the oracle.
+
+Rows with top-k (alone or with top-p and min-p) find their bound from the values at or above the k-th largest
+block maximum instead of the 16-way search. These tests pin that the bound is the oracle's bit for bit (ties at
+the k-th value kept, a top-p tie group cut in token-id order, min-p leaving fewer than k values, temperatures,
+bf16), that such rows do take the gather (none left to the search), and that the rows it cannot serve (more
+candidates than GATHER_CAP, fewer than k finite blocks, +inf) are searched and still exact.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params
+from replay_kernels import params as kparams
+from replay_kernels.topk_gather import GATHER_CAP, SEARCH_CHUNK, gather_max_k
+from test_kernels import DEVICE, synthetic_step
+
+
+def _step(seed: int, vocab: int, rows: int, device="cpu", **kw):
+    """A SYNTHETIC plain step, one row a request, every request stochastic (set its filters after)."""
+    step = synthetic_step(seed, vocab, rows, 0, ks=[0] * rows, greedy_frac=0.0, filters=False, **kw)
+    step.temperature[:] = 1.0
+    return step.to(device)
+
+
+def _bounds(step, span: int):
+    """(processed logits, rows gathered, rows the gather left to the search) with the Triton bound."""
+    rp = kparams.prepare_params(step, filter_span=span)
+    kparams.launch_params(step.logits.contiguous(), rp)
+    out = kparams.apply_sampling_params(step, filter_span=span)
+    gathered = 0 if rp.gather is None else rp.gather.rows.numel()
+    return out, gathered, int(rp.filters.count) - rp.gather.listed if rp.gather is not None else 0
+
+
+@pytest.mark.parametrize("vocab,span,seed,dtype", [(4099, 512, 0, torch.float32), (3000, 256, 1, torch.float32),
+                                                    (20000, 8192, 2, torch.bfloat16)])
+def test_gathered_top_k_bounds_match_the_oracle(vocab, span, seed, dtype):
+    step = _step(seed, vocab, 10, dtype=dtype, ties=True)
+    g = torch.Generator().manual_seed(seed)
+    max_k = gather_max_k(vocab, span)
+    step.top_k[:] = torch.randint(1, max_k + 1, (10,), generator=g).int()
+    step.top_k[0], step.top_k[1] = 1, max_k
+    step.top_p[:6] = torch.tensor([0.9, 0.5, 1e-6, 0.99, 0.7, 0.3])
+    step.min_p[5:8] = torch.tensor([0.05, 0.5, 0.9])  # 0.9: min-p leaves fewer than k values
+    step.temperature[:] = torch.tensor([1.0, 0.6, 1.3, 1.0, 0.8, 1.0, 1.0, 1.3, 0.6, 1.0])
+    got, gathered, searched = _bounds(step, span)
+    assert gathered == 10 and searched == 0
+    want = oracle_params(step)
+    assert torch.equal(got, want), (got != want).nonzero()[:10]
+
+
+def test_gathered_ties_at_the_kth_value_and_at_the_top_p_cut():
+    """k lands inside a tie group (all of it kept); top-p cuts a tie group inside the top-k set by token id."""
+    v, span = 4096, 512
+    logits = torch.randn(8, v, generator=torch.Generator().manual_seed(3)) * 0.1 - 8.0
+    logits[:, [5, 17, 300, 1041, 2222]] = 1.0   # five tied values
+    logits[:, 60] = 1.5
+    logits[:, [7, 3000]] = 0.5                   # a pair tied below them
+    step = _step(4, v, 8)
+    step.logits = logits
+    step.top_k[:] = torch.tensor([3, 4, 6, 7, 8, 10, 8, 8], dtype=torch.int32)  # 3, 4: the k-th is in the group of five
+    step.top_p[:] = torch.tensor([1.0, 1.0, 0.3, 0.45, 0.6, 0.8, 0.999, 0.95])
+    got, gathered, searched = _bounds(step, span)
+    assert gathered == 8 and searched == 0
+    assert torch.equal(got, oracle_params(step))
+
+
+def test_rows_the_gather_cannot_serve_are_searched_and_exact():
+    v, span = 8192, 1024
+    step = _step(5, v, 6)
+    step.logits[0, : GATHER_CAP + 100] = 40.0      # more tied maxima than GATHER_CAP: the row does not fit
+    step.logits[1, 40:] = float("-inf")            # one finite block: no k-th block maximum for k = 3
+    step.logits[2, 99] = float("inf")               # the largest value is +inf
+    step.logits[4, : SEARCH_CHUNK + 50] = 50.0      # more than a search chunk, fewer than GATHER_CAP: gathered
+    step.logits[5, :GATHER_CAP] = 45.0             # exactly GATHER_CAP candidates: gathered, every slot written
+    step.top_k[:] = torch.tensor([5, 3, 7, 9, 4, 2], dtype=torch.int32)
+    step.top_p[:] = torch.tensor([0.9, 0.8, 0.7, 0.9, 0.5, 0.6])
+    got, gathered, searched = _bounds(step, span)
+    assert gathered == 6 and searched == 3
+    assert torch.equal(got, oracle_params(step))
+
+
+@pytest.mark.gpu
+def test_gpu_gathered_bounds_at_a_real_vocabulary():
+    """The production span and vocabulary (V = 248,320, top-k 50 with top-p and min-p) on the GPU."""
+    step = _step(6, 248320, 6, device=DEVICE)
+    step.top_k[:] = torch.tensor([50, 50, 1, 200, 50, 7], dtype=torch.int32, device=DEVICE)
+    step.top_p[:] = torch.tensor([0.9, 0.5, 1.0, 0.95, 1.0, 0.8], device=DEVICE)
+    step.min_p[4] = 0.3
+    step.temperature[1] = 0.7
+    got, gathered, searched = _bounds(step, 8192)
+    assert gathered == 6 and searched == 0
+    assert torch.equal(got, oracle_params(step))
