@@ -314,16 +314,17 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                     raw = tl.load(row_base + offs, mask=offs < hi, other=float("-inf"))
                     # bounds of the processed maxima: division is monotone, a filter only lowers values
                     tile_max = tl.math.div_rn(tl.max(raw.to(tl.float32), axis=1), t)
+                    empty = (tile_max < cv) | (tile_max == float("-inf"))  # only -inf once processed
                     if late:
                         tile_max = tile_max - tl.load(lse_t_ptr + r)
                     if TOP:  # the row's largest processed value
                         top = _chunk_top(top, tile_max, row_base, start, hi, r, mode, t, cv, ci, dtok_ptr, TILES,
                                          BLOCK)
-                    # ``not <``: a NaN bound (a tile of only NaN, an infinite lse) keeps its tile
-                    pending = tl.where(tile_max + cut < thr, 0, pending)
+                    # ``not <``: a NaN bound (a tile of only NaN, an infinite lse) keeps its tile. A tile of only
+                    # -inf is skipped: its scores are -inf, which never beat the program's (-inf, index 0) start
+                    pending = tl.where((tile_max + cut < thr) | empty, 0, pending)
                 while tl.max(pending, axis=0) > 0:  # each pass clears one pending tile: at most TILES passes
-                    # the pending tile of the largest bound first (it raises the threshold soonest; NaN bounds first),
-                    # of equal bounds the first: always a pending tile, even when every bound is -inf
+                    # the pending tile of the largest bound (it raises the threshold soonest; NaN first), then the first
                     order = tl.where(pending > 0, tl.where(tile_max == tile_max, tile_max, float("inf")),
                                      float("-inf"))
                     i = tl.min(tl.where((pending > 0) & (order == tl.max(order, axis=0)), tile, TILES), axis=0)
