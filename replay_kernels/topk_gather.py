@@ -45,7 +45,7 @@ from .filters import KEY_ROUNDS, WAYS, _candidates, _clean, float_key, key_to_fl
 from .launches import launch
 
 GATHER_CAP = 2048           # candidates a row, searched by one program (a power of two)
-GATHER_SPAN = 2048          # lanes a gather program reads (its per-lane atomics keep it to 4 warps of 16 lanes)
+GATHER_SPAN = 2048          # lanes a gather program reads (4 warps, 16 lanes a thread: per-lane atomics cost registers)
 SEARCH_CHUNK = 64           # candidates a search round reads at a time (the first chunk is read once)
 THRESHOLD_CHUNK = 256       # block maxima a round of the threshold search reads at a time (992 at V = 248,320)
 BLOCKS_PER_SPAN = 32        # block maxima a span of the filter passes (blocks of span / 32 lanes)
