@@ -30,6 +30,8 @@ from .launches import run_recorded
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
+CHECK_TOP_K = True  # rows with top-k and no top-p: sample-and-check (False: their bound, replay_kernels/topk_gather.py)
+
 
 @dataclass
 class PlainState:
@@ -104,7 +106,7 @@ class PlainSampler(LaunchSampler):
             notes.append(f"{self.name} handles plain-sample steps only (k = 0); refused {len(refused)} "
                          f"request(s) with drafts ({shown}); use stochastic for speculative steps")
         i32 = dict(dtype=torch.int32, device=device)
-        params = prepare_params(step, device, self.filter_span, check=self.sample_check)
+        params = prepare_params(step, device, self.filter_span, check=self.sample_check, check_top_k=CHECK_TOP_K)
         check = round_draw = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params
 from replay_kernels import params as kparams
+from replay_kernels.gumbel_max import GumbelMaxSampler
 from replay_kernels.topk_gather import GATHER_CAP, SEARCH_CHUNK, gather_max_k
 from test_kernels import DEVICE, synthetic_step
 
@@ -92,3 +94,18 @@ def test_gpu_gathered_bounds_at_a_real_vocabulary():
     got, gathered, searched = _bounds(step, 8192)
     assert gathered == 6 and searched == 0
     assert torch.equal(got, oracle_params(step))
+
+
+@pytest.mark.parametrize("check_top_k", [True, False])
+def test_top_k_alone_by_sample_and_check_or_by_its_gathered_bound(monkeypatch, check_top_k):
+    """``plain.CHECK_TOP_K``: rows with top-k and no top-p are checked after the draw, or drawn under their
+    gathered bound; both give the reference's tokens (no mass is summed: no near-tie either way)."""
+    monkeypatch.setattr("replay_kernels.plain.CHECK_TOP_K", check_top_k)
+    step = _step(7, 4099, 12)
+    step.top_k[:] = torch.tensor([1, 3, 7, 20, 30, 2, 5, 9, 15, 25, 4, 6], dtype=torch.int32)
+    step.temperature[:] = torch.tensor([1.0, 0.7, 1.3] * 4)
+    impl = GumbelMaxSampler(block=64, programs=16, filter_span=512)
+    state = impl.prepare(step)
+    assert (state.params.gather is None) == check_top_k
+    tokens, _ = impl.launch(state)
+    assert torch.equal(tokens.cpu(), ReferenceSampler().sample(step).tokens.cpu())
