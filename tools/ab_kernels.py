@@ -56,6 +56,8 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("SYNTHETIC top-k 50 + top-p 0.9 R=64", None, 64, 0, 0.9, 50),
     ("SYNTHETIC top-k 50 + top-p 0.9 R=256", None, 256, 0, 0.9, 50),
     ("SYNTHETIC top-k 50 R=1", None, 1, 0, 1.0, 50),
+    ("SYNTHETIC top-k 50 R=8", None, 8, 0, 1.0, 50),
+    ("SYNTHETIC top-k 50 R=32", None, 32, 0, 1.0, 50),
     ("SYNTHETIC top-k 50 R=64", None, 64, 0, 1.0, 50),
     ("SYNTHETIC top-k 50 R=256", None, 256, 0, 1.0, 50),
     ("SYNTHETIC verify k=4 top-k 50 R=64", None, 64, 4, 1.0, 50),
