@@ -85,6 +85,26 @@ def _candidates(lo, hi, NC: tl.constexpr):
 
 
 @triton.jit
+def narrow(lo, hi, cands, q):
+    """The interval after a round: the largest candidate where the monotone ``q`` holds, to below the first fail."""
+    return tl.max(tl.where(q, cands, lo), axis=0), tl.min(tl.where(q, hi, cands - 1), axis=0)
+
+
+@triton.jit
+def min_p_bound(M, log_min_p):
+    """The min-p bound ``M + log(min_p)``; -inf where that is NaN (min-p off on an all -inf row)."""
+    L = M + log_min_p
+    return tl.where(L != L, float("-inf"), L)
+
+
+@triton.jit
+def tie_drops(omp, below, S, v, M, m):
+    """The m tied values at v whose mass ``(below + j exp(v - M)) / S <= omp`` (fp32 count, < m): dropped by id."""
+    ndrop = tl.floor((omp - below / S) / (tl.exp(v - M) / S))
+    return tl.minimum(tl.maximum(ndrop, 0.0), (m - 1).to(tl.float32))
+
+
+@triton.jit
 def _stats_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, pmax_ptr, psum_ptr, V, SPLITS,
                   SPAN: tl.constexpr):
     """Pass 1, grid (G, SPLITS): max and sum-exp (relative to that max) of the span's clean values (one load)."""
@@ -139,11 +159,11 @@ def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS: tl.constexpr, kk, S, 
         q = cnt >= kk
     elif MODE == SEARCH_TOPP:
         q = ((below + mass) / S) <= omp
+        below = below + tl.max(tl.where(q, mass, 0.0), axis=0)  # the partials grow with the candidate
     else:
         q = cnt <= ndrop
-    if MODE == SEARCH_TOPP:
-        below = below + tl.max(tl.where(q, mass, 0.0), axis=0)  # the partials grow with the candidate
-    return tl.max(tl.where(q, cands, lo), axis=0), tl.min(tl.where(q, hi, cands - 1), axis=0), below
+    lo, hi = narrow(lo, hi, cands, q)
+    return lo, hi, below
 
 
 @triton.jit
@@ -162,9 +182,8 @@ def _separating(x, offs, V, lo, hi, L, vstar, MODE: tl.constexpr):
 @triton.jit
 def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr,
                   vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out,
-                  mass_out, V, SPLITS: tl.constexpr,
-                  MODE: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
-                  NC: tl.constexpr):
+                  mass_out, V, SPLITS: tl.constexpr, MODE: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr,
+                  BLOCK: tl.constexpr, NC: tl.constexpr):
     """One search round, grid (G, SPLITS). The interval and the partials are double-buffered by round
     parity (``*_in`` from the previous round, ``*_out`` for the next), so no program of this launch
     overwrites what another still reads. Unless ``FIRST``, settle the previous round's candidates
@@ -223,11 +242,10 @@ def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, b
 
 
 @triton.jit
-def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr,
-                 bound_ptr, sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr,
-                 lo_in, hi_in, base_in, cnt_in, mass_in, lo_out, hi_out, base_out, cut_val_ptr, cut_idx_ptr, V,
-                 SPLITS: tl.constexpr, STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr,
-                 NC: tl.constexpr):
+def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
+                 sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, cnt_in,
+                 mass_in, lo_out, hi_out, base_out, cut_val_ptr, cut_idx_ptr, V, SPLITS: tl.constexpr,
+                 STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
     """Grid (G,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
         row = tl.load(rows_ptr + f)
@@ -242,8 +260,7 @@ def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr,
             for s in tl.static_range(SPLITS):
                 ms = tl.load(pmax_ptr + f * SPLITS + s)
                 S0 += tl.where(ms > float("-inf"), tl.load(psum_ptr + f * SPLITS + s) * tl.exp(ms - M), 0.0)
-            L = M + tl.load(logminp_ptr + row)
-            L = tl.where(L != L, float("-inf"), L)
+            L = min_p_bound(M, tl.load(logminp_ptr + row))
             tl.store(m_ptr + f, M)
             tl.store(s0_ptr + f, S0)
             tl.store(bound_ptr + f, L)
@@ -305,10 +322,7 @@ def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr,
                     below += tl.load(psum_ptr + f * SPLITS + s)
                 if m > 1:
                     S = tl.load(s_ptr + f)
-                    pv = tl.exp(vstar - tl.load(m_ptr + f)) / S
-                    ndrop_f = tl.floor((tl.load(omp_ptr + f) - below / S) / pv)
-                    ndrop_f = tl.minimum(tl.maximum(ndrop_f, 0.0), (m - 1).to(tl.float32))
-                    ndrop = ndrop_f.to(tl.int32)
+                    ndrop = tie_drops(tl.load(omp_ptr + f), below, S, vstar, tl.load(m_ptr + f), m).to(tl.int32)
             tl.store(ndrop_ptr + f, ndrop)
             tl.store(lo_out + f, zero64)
             tl.store(hi_out + f, tl.where(ndrop > 0, zero64 + (V - 1), zero64))

@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .filters import KEY_ROUNDS, WAYS, _candidates, _clean, float_key, key_to_float
+from .filters import KEY_ROUNDS, WAYS, _candidates, _clean, float_key, key_to_float, min_p_bound, narrow, tie_drops
 from .launches import launch
 
 GATHER_CAP = 2048           # candidates a row, searched by one program (a power of two)
@@ -139,7 +139,7 @@ def _search(x0, id0, vals_ptr, ids_ptr, n, c_lo, c_hi, target, kth, M, S, vstar,
             q = part >= target
         else:
             q = part <= target
-        lo, hi = tl.max(tl.where(q, c, lo), axis=0), tl.min(tl.where(q, hi, c - 1), axis=0)
+        lo, hi = narrow(lo, hi, c, q)
     return lo
 
 
@@ -162,8 +162,7 @@ def _threshold_kernel(rows_ptr, topk_ptr, logminp_ptr, bmax_ptr, thr_ptr, m_ptr,
     kk = tl.load(topk_ptr + row).to(tl.int64)  # 1 <= kk <= NB (gather_max_k)
     L0 = key_to_float(_search(x0, j0, bmax_ptr + f * NB, bmax_ptr, NB, lowest, float_key(M).to(tl.int64), kk, 0, M,
                               1.0, M, 0, CHUNK))
-    L = M + tl.load(logminp_ptr + row)
-    L = tl.where(L != L, float("-inf"), L)
+    L = min_p_bound(M, tl.load(logminp_ptr + row))
     ok = (L0 > float("-inf")) & (M < float("inf"))
     tl.store(thr_ptr + f, tl.where(ok, tl.maximum(L0, L), float("inf")))
     tl.store(m_ptr + f, M)
@@ -223,8 +222,7 @@ def _solve_kernel(rows_ptr, topk_ptr, topp_ptr, thr_ptr, m_ptr, cnt_ptr, vals_pt
             if m > 1:  # the oracle's stable sort cuts the tie group in id order: drop its ndrop lowest ids
                 vs = tl.full([_WAYS], 0, tl.int64) + vstar
                 below = _mass(tl.max(_partials(x0, id0, vals, ids, n, vs, kth, M, M, 1, CHUNK), axis=0))
-                ndrop_f = tl.floor((omp - below / S) / (tl.exp(cut_val - M) / S))
-                ndrop = tl.minimum(tl.maximum(ndrop_f, 0.0), (m - 1).to(tl.float32)).to(tl.int64)
+                ndrop = tie_drops(omp, below, S, cut_val, M, m).to(tl.int64)
                 if ndrop > 0:
                     zero = tl.zeros((), tl.int64)
                     cut_idx = _search(x0, id0, vals, ids, n, zero, zero + 2147483647, ndrop, kth, M, S, cut_val, 2,
@@ -273,10 +271,9 @@ def launch_gather(logits: torch.Tensor, gs: GatherScratch, temp_div: torch.Tenso
     F, V = gs.rows.numel(), logits.shape[1]
     if F == 0:
         return
-    nb = gs.bmax.shape[1]
-    splits, nblk = nb // min(BLOCKS_PER_SPAN, gs.span), min(BLOCKS_PER_SPAN, gs.span)
+    nb, nblk = gs.bmax.shape[1], min(BLOCKS_PER_SPAN, gs.span)
     head = (logits, logits.stride(0), gs.rows, temp_div)
-    launch(_block_max_kernel, (F, splits), *head, gs.bmax, V, nb, SPAN=gs.span, NBLK=nblk, num_warps=8)
+    launch(_block_max_kernel, (F, nb // nblk), *head, gs.bmax, V, nb, SPAN=gs.span, NBLK=nblk, num_warps=8)
     launch(_threshold_kernel, (F,), gs.rows, top_k, log_min_p, gs.bmax, gs.thr, gs.m, gs.cnt, search_count,
            gs.listed, nb, CHUNK=min(THRESHOLD_CHUNK, triton.next_power_of_2(nb)), num_warps=8)
     gspan = min(GATHER_SPAN, gs.span)
