@@ -48,8 +48,7 @@ import triton.language as tl
 from .filters import float_key, key_to_float
 from .params import load_processed, process_loaded
 from .partials import better, block_argmax, block_max, held_once, last_to_arrive
-from .rng import (gumbel_upper_bound, hash_to_uniform, murmur3_finish, murmur3_preimage, murmur3_row_key,
-                  uniform_to_gumbel)
+from .rng import gumbel_upper_bound, murmur3_finish, murmur3_preimage, murmur3_row_key, noised_score
 
 # Draw modes (one per request), shared by the plain samplers and the stochastic walk.
 MODE_NONE = tl.constexpr(0)      # nothing to draw (refused request, or greedy verify that stopped on a mismatch)
@@ -95,14 +94,6 @@ def draw_shape(num_rows: int, block: int | None = None, warps: int | None = None
     _, table_block, table_warps, table_programs, share, maxnreg = next(row for row in table or DRAW_SHAPES
                                                                        if num_rows < row[0])
     return block or table_block, warps or table_warps, programs or table_programs, share, maxnreg
-
-
-@triton.jit
-def noised_score(x, h, valid):
-    """The Gumbel-max score ``x + noise(h)`` of lanes with hashes ``h``; -inf where not ``valid`` or NaN (a NaN
-    or a -inf minus +inf logit can never win)."""
-    score = x + uniform_to_gumbel(hash_to_uniform(h))
-    return tl.where(valid & (score == score), score, float("-inf"))
 
 
 @triton.jit

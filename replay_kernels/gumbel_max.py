@@ -1,8 +1,8 @@
 """``gumbel-max``: the parallel plain sampler (k = 0), one launch of the pruned draw kernel.
 
 Launches per step: the split-row filter passes of :mod:`replay_kernels.filters` (steps with
-min-p / top-k / top-p rows only),
-then ``draw._draw_kernel`` over grid ``(R, SPLITS)``. Bytes: each row read once
+min-p / top-k / top-p rows only; rows whose top-k bound is gathered, :mod:`replay_kernels.topk_gather`, are
+drawn there from their candidates), then ``draw._draw_kernel`` over grid ``(R, SPLITS)``. Bytes: each row read once
 (N x V x 4 B for fp32 logits; 2 B for bf16), tokens and counts written once.
 See :mod:`replay_kernels.draw` for the pruning and :mod:`replay_kernels.plain`
 for the refusal of requests with drafts.
@@ -21,6 +21,7 @@ class GumbelMaxSampler(PlainSampler):
     description = "parallel Gumbel-max plain sampler (k = 0), pruned, one launch (rows x splits), Triton"
 
     sample_check = True
+    draw_candidates = True
 
     def _draw(self, s: PlainState, mode, cut_val, cut_idx, d, rows=None) -> None:
         p = s.params

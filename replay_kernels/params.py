@@ -48,7 +48,7 @@ from .filters import FILTER_SPAN, FilterScratch, launch_filters
 from .launches import launch
 from .topk_gather import GatherScratch, gather_max_k, launch_gather
 
-GATHER_SEARCH_ROWS = 8  # programs along rows of the search for gathered rows that do not fit (when no row is listed)
+GATHER_SEARCH_ROWS = 1  # programs along rows of the filter passes for gathered rows that do not fit (ROW_SOLVE off)
 
 
 
@@ -213,8 +213,9 @@ def launch_params(logits: torch.Tensor, rp: RowParams) -> None:
     if rp.gather is not None:
         launch_gather(logits, rp.gather, rp.temp_div, rp.log_min_p, rp.search_top_k, rp.search_top_p, rp.cut_val,
                       rp.cut_idx, rp.filter_rows, rp.filters.count)
-    launch_filters(logits, rp.filter_rows, rp.temp_div, rp.log_min_p, rp.search_top_k, rp.search_top_p, rp.cut_val,
-                   rp.cut_idx, rp.filters)
+    if rp.gather is None or not rp.gather.row_solve:
+        launch_filters(logits, rp.filter_rows, rp.temp_div, rp.log_min_p, rp.search_top_k, rp.search_top_p,
+                       rp.cut_val, rp.cut_idx, rp.filters)
 
 
 def apply_sampling_params(step: Step, block: int = 1024, filter_span: int = FILTER_SPAN) -> torch.Tensor:

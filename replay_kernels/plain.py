@@ -24,13 +24,16 @@ import torch
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 
+from .candidate_draw import CandidateDraw
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .launches import run_recorded
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
-CHECK_TOP_K = True  # rows with top-k and no top-p: sample-and-check (False: their bound, replay_kernels/topk_gather.py)
+# Rows with top-k and no top-p: sample-and-check in steps of fewer requests than this, else their gathered bound
+# (replay_kernels/topk_gather.py). Both exact, no sums: the same tokens either way (docs/KERNELS.md).
+CHECK_TOP_K_BELOW = 8
 
 
 @dataclass
@@ -41,6 +44,8 @@ class PlainState:
     mode/row/slot [R] int32 (draw mode, logits row, output slot = 0);
     seed [R] int64; positions [N] int64; tokens [R, max_k+1] int64; counts [R] int32;
     counts_init [R] int32 (1, or 0 for refused requests); draw: DrawScratch; routes [R] int8 (host);
+    draw_mode [R] int32: the plan the first draw follows (``mode``, or with ``draw_candidates`` a copy whose gathered
+    requests the gather draws: candidate_draw.CandidateDraw);
     check: CheckScratch of sample-and-check (None when no row uses it); round_draw: the DrawScratch of
     its later draws (``sample_check.round_draw_scratch``: few rows are still open);
     notes: list[str]; launches: the launch sequence, recorded on the first launch
@@ -61,6 +66,7 @@ class PlainState:
     routes: torch.Tensor
     dummy_i32: torch.Tensor
     dummy_f32: torch.Tensor
+    draw_mode: torch.Tensor | None = None
     check: CheckScratch | None = None
     round_draw: DrawScratch | None = None
     notes: list[str] = field(default_factory=list)
@@ -73,10 +79,13 @@ class PlainSampler(LaunchSampler):
 
     ``sample_check``: top-k or top-p rows are drawn then checked (:mod:`replay_kernels.sample_check`)
     instead of searching their bound first; the subclass's draw must honour the plan it is given.
+    ``draw_candidates``: rows whose top-k bound is gathered are drawn from their candidates by the gather
+    (:class:`replay_kernels.candidate_draw.CandidateDraw`), not by the subclass's draw.
     """
 
     rng_contract = "mrv2"
     sample_check = False
+    draw_candidates = False
 
     def __init__(self, block: int | None = None, programs: int | None = None, filter_span: int = FILTER_SPAN):
         self.block = block
@@ -106,13 +115,14 @@ class PlainSampler(LaunchSampler):
             notes.append(f"{self.name} handles plain-sample steps only (k = 0); refused {len(refused)} "
                          f"request(s) with drafts ({shown}); use stochastic for speculative steps")
         i32 = dict(dtype=torch.int32, device=device)
-        params = prepare_params(step, device, self.filter_span, check=self.sample_check, check_top_k=CHECK_TOP_K)
+        params = prepare_params(step, device, self.filter_span, check=self.sample_check,
+                                check_top_k=r_count < CHECK_TOP_K_BELOW)
         check = round_draw = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,
                                           params.check_miss)
             round_draw = round_draw_scratch(r_count, step.vocab_size, self.block, device, self.programs)
-        return PlainState(
+        state = PlainState(
             logits=logits, params=params, check=check, round_draw=round_draw,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),
             slot=torch.zeros(r_count, **i32), seed=step.seed.to(device=device, dtype=torch.int64),
@@ -124,6 +134,15 @@ class PlainSampler(LaunchSampler):
                                       track_top=params.any_check),
             routes=torch.tensor(routes, dtype=torch.int8), notes=notes,
             dummy_i32=torch.zeros(1, **i32), dummy_f32=torch.zeros(1, dtype=torch.float32, device=device))
+        state.draw_mode = state.mode
+        if self.draw_candidates and params.gather is not None:
+            state.draw_mode = state.mode.clone()
+            requests = host.row_to_request()[params.gather.rows.cpu().long()].tolist()
+            req = [q if modes[q] == MODE_TARGET.value else -1 for q in requests]
+            params.gather.draw = CandidateDraw(req=torch.tensor(req, **i32), seed=state.seed,
+                                               positions=state.positions, tokens=state.tokens, mode=state.draw_mode,
+                                               done=MODE_NONE.value, open=MODE_TARGET.value)
+        return state
 
     def launch(self, state: PlainState) -> tuple[torch.Tensor, torch.Tensor]:
         """Device work only (graph-capturable): filter bounds (filtered rows only), then the impl's draw,
@@ -137,7 +156,7 @@ class PlainSampler(LaunchSampler):
         """The launch sequence of ``launch`` (recorded once a state)."""
         p = state.params
         launch_params(state.logits, p)
-        self._draw(state, state.mode, p.cut_val, p.cut_idx, state.draw)
+        self._draw(state, state.draw_mode, p.cut_val, p.cut_idx, state.draw)
         if state.check is not None:
             def draw_open(mode, cut_val, cut_idx, rows):
                 self._draw(state, mode, cut_val, cut_idx, state.round_draw, rows)

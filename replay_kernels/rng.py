@@ -13,6 +13,7 @@ trees (so a GPU compile contracts them into FMAs the same way vLLM's does).
 * The same in stages, for kernels that prune: ``murmur3_row_key(seed, pos)`` once per
   row, ``murmur3_finish(key, token)``, ``hash_to_uniform(h)``, ``uniform_to_gumbel(u)``,
   and ``gumbel_upper_bound(h)`` (a bound on the noise from the hash alone, non-increasing in h).
+* ``noised_score(x, h, valid)``: the Gumbel-max score ``x + noise(h)`` (-inf where not valid or NaN).
 * ``murmur3_preimage(key, h)``: the token whose ``murmur3_finish(key, token)`` is h (for a fixed row key the
   token -> hash map is a bijection of uint32), so a kernel can list the few tokens of a row whose noise is large.
 
@@ -197,3 +198,11 @@ def gumbel_upper_bound(h):
     """
     bits = h.to(tl.float32).to(tl.int32, bitcast=True).to(tl.float32)
     return (159.0 - bits * 1.1920928955078125e-07) * 0.6931471805599453 + NOISE_SLACK
+
+
+@triton.jit
+def noised_score(x, h, valid):
+    """The Gumbel-max score ``x + noise(h)`` of lanes with hashes ``h``; -inf where not ``valid`` or NaN (a NaN
+    or a -inf minus +inf logit can never win)."""
+    score = x + uniform_to_gumbel(hash_to_uniform(h))
+    return tl.where(valid & (score == score), score, float("-inf"))

@@ -48,12 +48,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch, noised_score
+from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch
 from .partials import last_to_arrive
 from .filters import FILTER_SPAN
 from .launches import launch
 from .params import load_processed
-from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key
+from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
 
 EXTRA_ROUNDS = 3  # at most this many (draw, check) launch pairs after the first check, before the finish loop
 FINISH_ODDS = 0.02  # fewer rounds while the chance that some row is left to the finish loop stays below this

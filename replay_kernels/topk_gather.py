@@ -7,9 +7,10 @@ above its k-th largest. Four launches find that set and its bound without the 16
 1. ``_block_max_kernel``, grid ``(F, SPLITS)``: the maxima of the row's blocks of ``span / 32`` lanes (256)
    (clean values: temperature applied, NaN read as -inf). One read of the row.
 2. ``_threshold_kernel``, grid ``(F,)``: ``M``, the row's largest value; the min-p bound ``L = M + log(min_p)``;
-   ``L0``, the k-th largest block maximum. The blocks are disjoint, so at least k values are ``>= L0``:
-   ``x_(k) >= L0``. The threshold ``T = max(L0, L)``.
-3. ``_gather_kernel``, grid ``(F, cdiv(V, GATHER_SPAN))``: every lane with ``x >= T`` appends ``(x, token id)``
+   ``L0``, a block maximum with at least k block maxima at or above it (the k-th largest, or a little below:
+   ``THRESHOLD_ROUNDS``). The blocks are disjoint, so at least k values are ``>= L0``: ``x_(k) >= L0``. The
+   threshold ``T = max(L0, L)``; ``L0 = -inf`` on a row with fewer than k finite blocks (every finite value).
+3. ``_gather_kernel``, grid ``(F, cdiv(V, GATHER_SPAN))``: every finite lane with ``x >= T`` appends ``(x, id)``
    to its row's candidate list (each such lane takes its slot with one ``atomic_add``; a span without any
    writes nothing). One read of the row. The slot order is the arrival order: the searches below count and
    add in fixed point, so nothing depends on it.
@@ -21,17 +22,24 @@ above its k-th largest. Four launches find that set and its bound without the 16
    group at ``v*`` the count dropped in token-id order (the oracle's stable sort) and the id of the first
    kept. The masses ``exp(x - M)`` are added as int64 multiples of 2^-40: exact, so the sums do not depend
    on the order the candidates arrived in (fp32 rounds each term by at most 2^-24 relative; these drop terms
-   below 2^-40 absolute, with ``S >= 1``: a finer rounding of the same near-tie class).
+   below 2^-40 absolute, with ``S >= 1``: a finer rounding of the same near-tie class). A row of at most
+   SEARCH_CHUNK candidates reads each answer off ranks instead (``_bound_by_rank``: same predicates, same
+   sums, one compare of every pair). With a
+   :class:`CandidateDraw` (plain samples of ``gumbel-max``) it also draws the row's token: the kept set is among
+   the candidates, so the Gumbel-max over the kept candidates is the draw over the row, without a third read.
 
-A row whose candidates do not fit (``n > GATHER_CAP``: many ties at the top, or values clustered in few
-blocks), whose block maxima leave ``L0 = -inf`` (fewer than k blocks with a finite value) or whose largest value
-is +inf is appended to the row list of :func:`replay_kernels.filters.launch_filters`, which searches its bound
-as before (its launches run every step, graph-static; with no row listed each of their programs exits at once).
+A row whose candidates do not fit (``n > GATHER_CAP``: many ties at the top, or many finite values in few
+blocks), of only -inf, or whose largest value is +inf is appended to the row list of
+:func:`replay_kernels.filters.launch_filters`, which searches its bound as before, when that list has rows of
+its own (its launches run every step, graph-static); when it has none, the filter passes are not launched and
+5. ``_row_solve_kernel``, grid ``(F,)``, solves those rows: the solve's searches over the whole row, one program
+   a row (slow: about 20 reads of the row; every other program exits at once).
 Rows with ``k > gather_max_k(V, span)`` stay with the search from the start (host rule, fixed by V).
 
 Near-ties: the cumulative mass is a fixed-point sum, not the oracle's sorted fp32 cumsum: a top-p decision
 within rounding of ``1 - p`` may differ, the class the search has too (replay_harness/oracle/near_tie.py).
-Bytes per row: 2 reads of the row (8 B a value for fp32 logits) plus ``8 n`` B of candidates written and read.
+Bytes per row: 2 reads of the row (8 B a value for fp32 logits) plus ``8 n`` B of candidates written and read
+(a drawn row is not read again; a row left to the search is searched and drawn as before).
 """
 from __future__ import annotations
 
@@ -42,12 +50,18 @@ import triton
 import triton.language as tl
 
 from .filters import KEY_ROUNDS, WAYS, _candidates, _clean, float_key, key_to_float, min_p_bound, narrow, tie_drops
+from .candidate_draw import CandidateDraw, draw_candidates
 from .launches import launch
+from .rng import murmur3_row_key
 
 GATHER_CAP = 2048           # candidates a row, searched by one program (a power of two)
 GATHER_SPAN = 2048          # lanes a gather program reads (4 warps, 16 lanes a thread: per-lane atomics cost registers)
 SEARCH_CHUNK = 64           # candidates a search round reads at a time (the first chunk is read once)
 THRESHOLD_CHUNK = 256       # block maxima a round of the threshold search reads at a time (992 at V = 248,320)
+THRESHOLD_ROUNDS = 4        # its 16-way rounds from the smallest finite block maximum (8 pin the k-th exactly)
+RANK_SOLVE = True           # rows with at most SEARCH_CHUNK candidates: each search's answer read off ranks
+ROW_SOLVE = True            # rows that do not fit: the one-program search when no row is searched from the start
+ROW_SOLVE_CHUNK = 512       # lanes a step of that search (1,024 spilled: 552 B a thread, triton 3.6)
 BLOCKS_PER_SPAN = 32        # block maxima a span of the filter passes (blocks of span / 32 lanes)
 GATHER_MAX_K = 256          # rows with a larger k keep the search (so do k above a quarter of the blocks)
 SOLVE_WARPS = 4
@@ -89,10 +103,12 @@ def _chunk_partials(x, idx, live, c, kth, M, vstar, MODE: tl.constexpr):
 
 
 @triton.jit
-def _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE: tl.constexpr, CHUNK: tl.constexpr):
+def _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE: tl.constexpr, CHUNK: tl.constexpr, t=1.0,
+              ROW: tl.constexpr = False):
     """One round's 16 partials over the n values at ``vals_ptr`` (token ids at ``ids_ptr``): the first CHUNK are
     ``x0`` / ``id0``, loaded once by the caller (a row's candidates, most often all of them), the rest are read a
-    chunk at a time.
+    chunk at a time. ``ROW``: ``vals_ptr`` is a logits row of n values (clean values at temperature ``t``, token
+    id = lane; ``ids_ptr`` unused).
 
     ``MODE`` 0: ``#{x : key(x) >= c}``; 1: ``sum{x >= kth, key(x) < c} fix(exp(x - M))`` (int64 fixed point, so
     the sum does not depend on the candidates' order); 2: ``#{x == vstar, id < c}``."""
@@ -100,8 +116,11 @@ def _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE: tl.constexp
     acc = _chunk_partials(x0, id0, j0 < n, c, kth, M, vstar, MODE)
     for start in range(CHUNK, n, CHUNK):
         j = start + j0
-        x = tl.load(vals_ptr + j, mask=j < n, other=float("-inf"))
-        if MODE == 2:
+        if ROW:
+            x = _clean(vals_ptr, j, n, t)
+        else:
+            x = tl.load(vals_ptr + j, mask=j < n, other=float("-inf"))
+        if MODE == 2 and not ROW:
             idx = tl.load(ids_ptr + j, mask=j < n, other=0)
         else:
             idx = j
@@ -123,16 +142,17 @@ def _mass(fixed):
 
 @triton.jit
 def _search(x0, id0, vals_ptr, ids_ptr, n, c_lo, c_hi, target, kth, M, S, vstar, MODE: tl.constexpr,
-            CHUNK: tl.constexpr):
-    """The largest c in [c_lo, c_hi] (int64) whose predicate holds, by 8 rounds of a 16-way search (2^32 values).
+            CHUNK: tl.constexpr, ROUNDS: tl.constexpr = _ROUNDS, t=1.0, ROW: tl.constexpr = False):
+    """The largest c in [c_lo, c_hi] (int64) whose predicate holds, by 8 rounds of a 16-way search (2^32 values);
+    with fewer ``ROUNDS``, a c where it holds, at most ``(c_hi - c_lo) / 16^ROUNDS`` below the largest.
 
     ``MODE`` 0: ``#{key >= c} >= target``; 1: ``mass(x >= kth, key < c) / S <= target``; 2: ``#{x == vstar,
-    id < c} <= target``. Each is monotone in c and holds at ``c_lo``."""
+    id < c} <= target``. Each is monotone in c and holds at ``c_lo``. ``t`` / ``ROW``: see :func:`_partials`."""
     lo = c_lo
     hi = c_hi
-    for _ in tl.static_range(_ROUNDS):
+    for _ in tl.static_range(ROUNDS):
         c = _candidates(lo, hi, _WAYS)
-        part = _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE, CHUNK)
+        part = _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE, CHUNK, t, ROW)
         if MODE == 1:
             q = _mass(part) / S <= target
         elif MODE == 0:
@@ -145,9 +165,12 @@ def _search(x0, id0, vals_ptr, ids_ptr, n, c_lo, c_hi, target, kth, M, S, vstar,
 
 @triton.jit
 def _threshold_kernel(rows_ptr, topk_ptr, logminp_ptr, bmax_ptr, thr_ptr, m_ptr, cnt_ptr, fb_count_ptr, listed, NB,
-                      CHUNK: tl.constexpr):
+                      CHUNK: tl.constexpr, ROUNDS: tl.constexpr):
     """Grid (F,): M, the gather threshold max(L0, L) (+inf: leave the row to the search), the candidate
-    count set to 0; program 0 sets the search's list back to its ``listed`` rows."""
+    count set to 0; program 0 sets the search's list back to its ``listed`` rows. L0 is a block maximum
+    value with at least k block maxima at or above it, searched from the smallest finite block maximum in
+    ``ROUNDS`` 16-way rounds: the k-th largest block maximum when they pin it, a little below otherwise
+    (a few more candidates; any such L0 has at least k values at or above it)."""
     f = tl.program_id(0)
     if f == 0:
         tl.store(fb_count_ptr, listed)
@@ -155,15 +178,21 @@ def _threshold_kernel(rows_ptr, topk_ptr, logminp_ptr, bmax_ptr, thr_ptr, m_ptr,
     j0 = tl.arange(0, CHUNK)
     x0 = tl.load(bmax_ptr + f * NB + j0, mask=j0 < NB, other=float("-inf"))
     M = tl.max(x0, axis=0)
+    low = tl.min(tl.where(x0 > float("-inf"), x0, float("inf")), axis=0)  # the smallest finite block maximum
+    finite = tl.sum((x0 > float("-inf")).to(tl.int32), axis=0)
     for start in range(CHUNK, NB, CHUNK):
         j = start + j0
-        M = tl.maximum(M, tl.max(tl.load(bmax_ptr + f * NB + j, mask=j < NB, other=float("-inf")), axis=0))
-    lowest = float_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64)
-    kk = tl.load(topk_ptr + row).to(tl.int64)  # 1 <= kk <= NB (gather_max_k)
-    L0 = key_to_float(_search(x0, j0, bmax_ptr + f * NB, bmax_ptr, NB, lowest, float_key(M).to(tl.int64), kk, 0, M,
-                              1.0, M, 0, CHUNK))
+        x = tl.load(bmax_ptr + f * NB + j, mask=j < NB, other=float("-inf"))
+        M = tl.maximum(M, tl.max(x, axis=0))
+        low = tl.minimum(low, tl.min(tl.where(x > float("-inf"), x, float("inf")), axis=0))
+        finite += tl.sum((x > float("-inf")).to(tl.int32), axis=0)
+    kk = tl.load(topk_ptr + row)  # 1 <= kk <= NB (gather_max_k)
+    ok = (M > float("-inf")) & (M < float("inf"))  # else a row of only -inf (or NaN), or +inf: the search
+    L0 = tl.full((), float("-inf"), tl.float32)  # fewer than k finite blocks (a masked row): every finite value
+    if ok & (finite >= kk):  # #{block max >= low} >= k: the predicate holds at low
+        L0 = key_to_float(_search(x0, j0, bmax_ptr + f * NB, bmax_ptr, NB, float_key(low).to(tl.int64),
+                                  float_key(M).to(tl.int64), kk.to(tl.int64), 0, M, 1.0, M, 0, CHUNK, ROUNDS))
     L = min_p_bound(M, tl.load(logminp_ptr + row))
-    ok = (L0 > float("-inf")) & (M < float("inf"))
     tl.store(thr_ptr + f, tl.where(ok, tl.maximum(L0, L), float("inf")))
     tl.store(m_ptr + f, M)
     tl.store(cnt_ptr + f, 0)
@@ -182,7 +211,7 @@ def _gather_kernel(logits_ptr, stride, rows_ptr, temp_ptr, thr_ptr, cnt_ptr, val
         row = tl.load(rows_ptr + f)
         offs = s * SPAN + tl.arange(0, SPAN)
         x = _clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
-        sel = x >= thr  # T > -inf: lanes past V (-inf) are never selected
+        sel = (x >= thr) & (x > float("-inf"))  # T may be -inf (a masked row): -inf lanes are never candidates
         if tl.max(sel.to(tl.int32), axis=0) > 0:
             pos = tl.atomic_add(cnt_ptr + f + tl.zeros([SPAN], tl.int32), 1, mask=sel)
             tl.store(vals_ptr + f * CAP + pos, x, mask=sel & (pos < CAP))
@@ -190,47 +219,130 @@ def _gather_kernel(logits_ptr, stride, rows_ptr, temp_ptr, thr_ptr, cnt_ptr, val
 
 
 @triton.jit
+def _bound_by_search(x0, id0, vals, ids, n, thr, kk, p, M, CHUNK: tl.constexpr, t=1.0, ROW: tl.constexpr = False):
+    """(cut_val, cut_idx) of a row from its n candidates by the three 16-way searches (the first CHUNK in ``x0`` /
+    ``id0``, the rest read a chunk at a time): the k-th largest value; for top-p the value v* and the tie cut.
+    ``t`` / ``ROW``: the n values are a logits row (:func:`_partials`)."""
+    top = float_key(M).to(tl.int64)
+    kth = _search(x0, id0, vals, ids, n, float_key(thr).to(tl.int64), top, kk, 0, M, 1.0, M, 0, CHUNK, _ROUNDS, t,
+                  ROW)
+    cut_val = key_to_float(kth)
+    cut_idx = tl.zeros((), tl.int32)
+    if p < 1.0:
+        c = tl.full([_WAYS], 2147483647, tl.int64)  # every kept value is below: the total mass
+        S = _mass(tl.max(_partials(x0, id0, vals, ids, n, c, kth, M, M, 1, CHUNK, t, ROW), axis=0))
+        omp = 1.0 - p
+        vstar = _search(x0, id0, vals, ids, n, kth, top, omp, kth, M, S, M, 1, CHUNK, _ROUNDS, t, ROW)  # mass below
+        cut_val = key_to_float(vstar)
+        m = tl.max(_partials(x0, id0, vals, ids, n, c, kth, M, cut_val, 2, CHUNK, t, ROW), axis=0)  # v*'s tie group
+        if m > 1:  # the oracle's stable sort cuts the tie group in id order: drop its ndrop lowest ids
+            vs = tl.full([_WAYS], 0, tl.int64) + vstar
+            below = _mass(tl.max(_partials(x0, id0, vals, ids, n, vs, kth, M, M, 1, CHUNK, t, ROW), axis=0))
+            ndrop = tie_drops(omp, below, S, cut_val, M, m).to(tl.int64)
+            if ndrop > 0:
+                zero = tl.zeros((), tl.int64)
+                cut_idx = _search(x0, id0, vals, ids, n, zero, zero + 2147483647, ndrop, kth, M, S, cut_val, 2,
+                                  CHUNK, _ROUNDS, t, ROW).to(tl.int32)
+    return cut_val, cut_idx
+
+
+@triton.jit
+def _bound_by_rank(x0, id0, n, thr, kk, p, M, CHUNK: tl.constexpr):
+    """The same (cut_val, cut_idx) as :func:`_bound_by_search` for a row whose n <= CHUNK candidates are all in
+    ``x0`` / ``id0``, each search's answer read off ranks (one [CHUNK, CHUNK] compare) instead of 8 rounds: every
+    predicate changes only at a candidate, so its largest passing c is a candidate's key (or the lower end), and
+    the masses are the same int64 sums. Values come back through their key (-0.0 as +0.0), as the search's do."""
+    live = tl.arange(0, CHUNK) < n
+    xi = x0[:, None]
+    xj = x0[None, :]
+    ge = tl.sum((live[None, :] & (xj >= xi)).to(tl.int32), axis=1)  # #{x_j >= x_i}
+    kth = key_to_float(float_key(tl.max(tl.where(live & (ge >= kk), x0, thr), axis=0)))
+    cut_val = kth
+    cut_idx = tl.zeros((), tl.int32)
+    if p < 1.0:
+        kept = live & (x0 >= kth)
+        e = _fixed(x0, M, kept)
+        S = _mass(tl.sum(e, axis=0))
+        omp = 1.0 - p
+        below = tl.sum(tl.where(xj < xi, e[None, :], 0), axis=1)  # kept mass strictly below x_i
+        cut_val = key_to_float(float_key(tl.max(tl.where(kept & (_mass(below) / S <= omp), x0, kth), axis=0)))
+        tie = live & (x0 == cut_val)
+        m = tl.sum(tie.to(tl.int32), axis=0)
+        if m > 1:  # drop the tie group's ndrop lowest ids: keep from the id with exactly ndrop tied ids below
+            ndrop = tie_drops(omp, _mass(tl.sum(tl.where(x0 < cut_val, e, 0), axis=0)), S, cut_val, M, m).to(tl.int32)
+            if ndrop > 0:
+                lower = tl.sum((tie[None, :] & (id0[None, :] < id0[:, None])).to(tl.int32), axis=1)
+                cut_idx = tl.max(tl.where(tie & (lower == ndrop), id0, 0), axis=0)
+    return cut_val, cut_idx
+
+
+@triton.jit
 def _solve_kernel(rows_ptr, topk_ptr, topp_ptr, thr_ptr, m_ptr, cnt_ptr, vals_ptr, ids_ptr, cut_val_ptr, cut_idx_ptr,
-                  fb_rows_ptr, fb_count_ptr, CAP: tl.constexpr, CHUNK: tl.constexpr):
+                  fb_rows_ptr, fb_count_ptr, req_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride, mode_ptr,
+                  CAP: tl.constexpr, CHUNK: tl.constexpr, RANK: tl.constexpr, DRAW: tl.constexpr,
+                  DONE: tl.constexpr, OPEN: tl.constexpr):
     """Grid (F,): the bound of row f from its n candidates, the filter passes' three searches on them only
-    (k-th value; top-p value v*; the tie cut in id order), or the row appended to the search's list."""
+    (k-th value; top-p value v*; the tie cut in id order), or the row appended to the search's list.
+    ``DRAW`` (:class:`CandidateDraw`): request ``req[f]`` (if >= 0) also gets its token, drawn from the kept
+    candidates, and its draw plan ``mode[req[f]]`` set to DONE; OPEN when the row was appended."""
     f = tl.program_id(0)
     row = tl.load(rows_ptr + f)
+    r = -1
+    if DRAW:
+        r = tl.load(req_ptr + f)
     n = tl.load(cnt_ptr + f)
     thr = tl.load(thr_ptr + f)
     if (thr < float("inf")) & (n <= CAP):
         vals = vals_ptr + f * CAP
         ids = ids_ptr + f * CAP
         M = tl.load(m_ptr + f)  # the largest candidate
-        top = float_key(M).to(tl.int64)
         j0 = tl.arange(0, CHUNK)
         x0 = tl.load(vals + j0, mask=j0 < n, other=float("-inf"))  # the first CHUNK candidates, read once
         id0 = tl.load(ids + j0, mask=j0 < n, other=0)
         # top-k: every value >= the k-th largest; fewer than k candidates (min-p kept fewer): all (x >= thr)
         kk = tl.load(topk_ptr + row).to(tl.int64)
-        kth = _search(x0, id0, vals, ids, n, float_key(thr).to(tl.int64), top, kk, 0, M, 1.0, M, 0, CHUNK)
-        cut_val = key_to_float(kth)
-        cut_idx = tl.zeros((), tl.int32)
         p = tl.load(topp_ptr + row)
-        if p < 1.0:
-            c = tl.full([_WAYS], 2147483647, tl.int64)  # every kept value is below: the total mass
-            S = _mass(tl.max(_partials(x0, id0, vals, ids, n, c, kth, M, M, 1, CHUNK), axis=0))
-            omp = 1.0 - p
-            vstar = _search(x0, id0, vals, ids, n, kth, top, omp, kth, M, S, M, 1, CHUNK)  # mass(x < v*)/S <= 1 - p
-            cut_val = key_to_float(vstar)
-            m = tl.max(_partials(x0, id0, vals, ids, n, c, kth, M, cut_val, 2, CHUNK), axis=0)  # v*'s tie group
-            if m > 1:  # the oracle's stable sort cuts the tie group in id order: drop its ndrop lowest ids
-                vs = tl.full([_WAYS], 0, tl.int64) + vstar
-                below = _mass(tl.max(_partials(x0, id0, vals, ids, n, vs, kth, M, M, 1, CHUNK), axis=0))
-                ndrop = tie_drops(omp, below, S, cut_val, M, m).to(tl.int64)
-                if ndrop > 0:
-                    zero = tl.zeros((), tl.int64)
-                    cut_idx = _search(x0, id0, vals, ids, n, zero, zero + 2147483647, ndrop, kth, M, S, cut_val, 2,
-                                      CHUNK).to(tl.int32)
+        if RANK & (n <= CHUNK):
+            cut_val, cut_idx = _bound_by_rank(x0, id0, n, thr, kk, p, M, CHUNK)
+        else:
+            cut_val, cut_idx = _bound_by_search(x0, id0, vals, ids, n, thr, kk, p, M, CHUNK)
         tl.store(cut_val_ptr + row, cut_val)
         tl.store(cut_idx_ptr + row, cut_idx)
+        if r >= 0:
+            key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+            tok = draw_candidates(x0, id0, vals, ids, n, cut_val, cut_idx, key, CHUNK)
+            tl.store(tokens_ptr + r * tok_stride, tok.to(tl.int64))
+            tl.store(mode_ptr + r, DONE)
     else:
         tl.store(fb_rows_ptr + tl.atomic_add(fb_count_ptr, 1), row)
+        if r >= 0:
+            tl.store(mode_ptr + r, OPEN)
+
+
+@triton.jit
+def _row_solve_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, topp_ptr, logminp_ptr, thr_ptr, m_ptr,
+                      cnt_ptr, cut_val_ptr, cut_idx_ptr, V, CAP: tl.constexpr, CHUNK: tl.constexpr):
+    """Grid (F,): the bound of each gathered row that did not fit, by the same searches over the whole row in one
+    program (CHUNK lanes a step, about 20 reads of the row: slow, for rows of more than CAP candidates, of only
+    -inf or with +inf; the other programs exit at once). Launched instead of the filter passes when no row is
+    searched from the start: one launch where they take 10 to 23."""
+    f = tl.program_id(0)
+    if (tl.load(thr_ptr + f) == float("inf")) | (tl.load(cnt_ptr + f) > CAP):
+        row = tl.load(rows_ptr + f)
+        M = tl.load(m_ptr + f)
+        cut_val = tl.full((), float("-inf"), tl.float32)  # a row of only -inf: every value is -inf anyway
+        cut_idx = tl.zeros((), tl.int32)
+        if M > float("-inf"):
+            t = tl.load(temp_ptr + row)
+            row_ptr = logits_ptr + row.to(tl.int64) * stride
+            j0 = tl.arange(0, CHUNK)
+            # with +inf the masses are NaN and no top-p cut holds: the top-k set (and the min-p bound) is kept
+            p = tl.where(M == float("inf"), 1.0, tl.load(topp_ptr + row))
+            L = min_p_bound(M, tl.load(logminp_ptr + row))
+            cut_val, cut_idx = _bound_by_search(_clean(row_ptr, j0, V, t), j0, row_ptr, row_ptr, V, L,
+                                                tl.load(topk_ptr + row).to(tl.int64), p, M, CHUNK, t, True)
+        tl.store(cut_val_ptr + row, cut_val)
+        tl.store(cut_idx_ptr + row, cut_idx)
 
 
 @dataclass
@@ -249,6 +361,13 @@ class GatherScratch:
     ids: torch.Tensor
     span: int
     listed: int
+    draw: CandidateDraw | None = None
+
+    @property
+    def row_solve(self) -> bool:
+        """Whether rows that do not fit are solved by ``_row_solve_kernel`` (no row is searched from the start,
+        so the filter passes are not launched) rather than appended to the search's list."""
+        return ROW_SOLVE and self.listed == 0
 
     @classmethod
     def allocate(cls, rows: torch.Tensor, splits: int, span: int, listed: int, device) -> "GatherScratch":
@@ -275,9 +394,17 @@ def launch_gather(logits: torch.Tensor, gs: GatherScratch, temp_div: torch.Tenso
     head = (logits, logits.stride(0), gs.rows, temp_div)
     launch(_block_max_kernel, (F, nb // nblk), *head, gs.bmax, V, nb, SPAN=gs.span, NBLK=nblk, num_warps=8)
     launch(_threshold_kernel, (F,), gs.rows, top_k, log_min_p, gs.bmax, gs.thr, gs.m, gs.cnt, search_count,
-           gs.listed, nb, CHUNK=min(THRESHOLD_CHUNK, triton.next_power_of_2(nb)), num_warps=8)
+           gs.listed, nb, CHUNK=min(THRESHOLD_CHUNK, triton.next_power_of_2(nb)), ROUNDS=THRESHOLD_ROUNDS,
+           num_warps=8)
     gspan = min(GATHER_SPAN, gs.span)
     launch(_gather_kernel, (F, triton.cdiv(V, gspan)), *head, gs.thr, gs.cnt, gs.vals, gs.ids, V, SPAN=gspan,
            CAP=GATHER_CAP, num_warps=4)
+    d = gs.draw
+    draw_args = ((d.req, d.seed, d.positions, d.tokens, d.tokens.stride(0), d.mode) if d is not None
+                 else (gs.rows, gs.rows, gs.rows, gs.rows, 0, gs.rows))  # placeholders, unused without DRAW
     launch(_solve_kernel, (F,), gs.rows, top_k, top_p, gs.thr, gs.m, gs.cnt, gs.vals, gs.ids, cut_val, cut_idx,
-           search_rows, search_count, CAP=GATHER_CAP, CHUNK=SEARCH_CHUNK, num_warps=SOLVE_WARPS)
+           search_rows, search_count, *draw_args, CAP=GATHER_CAP, CHUNK=SEARCH_CHUNK, RANK=RANK_SOLVE,
+           DRAW=d is not None, DONE=d.done if d else 0, OPEN=d.open if d else 0, num_warps=SOLVE_WARPS)
+    if gs.row_solve:
+        launch(_row_solve_kernel, (F,), *head, top_k, top_p, log_min_p, gs.thr, gs.m, gs.cnt, cut_val, cut_idx, V,
+               CAP=GATHER_CAP, CHUNK=ROW_SOLVE_CHUNK, num_warps=8)
