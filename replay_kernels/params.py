@@ -155,13 +155,14 @@ def host_step(step: Step) -> Step:
 
 
 def prepare_params(step: Step, device: torch.device | str | None = None, filter_span: int = FILTER_SPAN,
-                   check: bool = False, check_top_k: bool = True) -> RowParams:
+                   check: bool = False, check_top_k: bool = True, gather_top_k: bool = False) -> RowParams:
     """Host work: expand each request's parameters to its rows (bonus row included).
 
     Greedy requests and requests that need no processing are left alone
     (temp_div 1, no filter), as the oracle does. ``check``: rows with top-k or top-p (not both) leave
     those to sample-and-check (plain samples); ``check_top_k=False``: top-p rows without top-k only
-    (a verify decides them by bounds, replay_kernels/verify_bounds.py).
+    (a verify decides them by bounds, replay_kernels/verify_bounds.py); ``gather_top_k``: rows with top-k alone
+    whose k can be gathered (``gather_max_k``) are gathered, not checked (plain samples of many requests).
     """
     device = step.logits.device if device is None else device
     step = host_step(step)
@@ -179,13 +180,16 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
                             torch.full((rows.numel(),), float("-inf"), device=device))
     k = torch.where(active, k, torch.full_like(k, v))
     top_p = torch.where(active, top_p, torch.ones_like(top_p))
+    max_k = gather_max_k(v, filter_span)
     one_filter = ((k != v) != (top_p != 1)) if check_top_k else ((k == v) & (top_p != 1))
+    if gather_top_k:
+        one_filter &= ~((k != v) & (top_p == 1) & (k <= max_k))
     checked = active & one_filter if check else torch.zeros_like(active)
     search_k = torch.where(checked, torch.full_like(k, v), k)
     search_p = torch.where(checked, torch.ones_like(top_p), top_p)
     use_filter = active & (use_min_p | (search_k != v) | (search_p != 1))
     n = rows.numel()
-    gathered = use_filter & (search_k != v) & (search_k <= gather_max_k(v, filter_span))
+    gathered = use_filter & (search_k != v) & (search_k <= max_k)
     searched = torch.nonzero(use_filter & ~gathered).flatten().to(torch.int32)
     gather_rows = torch.nonzero(gathered).flatten().to(torch.int32)
     filter_rows = torch.cat([searched, gather_rows])  # a gathered row's slot is written when it is appended

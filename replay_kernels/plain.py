@@ -32,7 +32,7 @@ from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
 # Rows with top-k and no top-p: sample-and-check in steps of fewer requests than this, else their gathered bound
-# (replay_kernels/topk_gather.py). Both exact, no sums: the same tokens either way (docs/KERNELS.md).
+# (replay_kernels/topk_gather.py) when k allows it (else checked). Both exact, no sums: the same tokens either way.
 CHECK_TOP_K_BELOW = 8
 
 
@@ -116,7 +116,7 @@ class PlainSampler(LaunchSampler):
                          f"request(s) with drafts ({shown}); use stochastic for speculative steps")
         i32 = dict(dtype=torch.int32, device=device)
         params = prepare_params(step, device, self.filter_span, check=self.sample_check,
-                                check_top_k=r_count < CHECK_TOP_K_BELOW)
+                                gather_top_k=r_count >= CHECK_TOP_K_BELOW)
         check = round_draw = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,

@@ -142,11 +142,12 @@ def test_top_k_alone_by_sample_and_check_or_by_its_gathered_bound(monkeypatch, c
     near-tie either way)."""
     monkeypatch.setattr("replay_kernels.plain.CHECK_TOP_K_BELOW", 13 if check_top_k else 12)
     step = _step(7, 4099, 12)
-    step.top_k[:] = torch.tensor([1, 3, 7, 20, 30, 2, 5, 9, 15, 25, 4, 6], dtype=torch.int32)
+    step.top_k[:] = torch.tensor([1, 3, 7, 20, 30, 2, 5, 100, 15, 25, 4, 6], dtype=torch.int32)  # 100 > gather_max_k
     step.temperature[:] = torch.tensor([1.0, 0.7, 1.3] * 4)
     impl = GumbelMaxSampler(block=64, programs=16, filter_span=512)
     state = impl.prepare(step)
     assert (state.params.gather is None) == check_top_k
+    assert state.params.check.tolist() == ([1] * 12 if check_top_k else [0] * 7 + [1] + [0] * 4)  # k = 100: checked
     tokens, _ = impl.launch(state)
     assert torch.equal(tokens.cpu(), ReferenceSampler().sample(step).tokens.cpu())
 

@@ -40,6 +40,8 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("Qwen2.5-derived top-p 0.9 R=256", "fixtures/real-draft-model", 256, 0, 0.9),
     ("Qwen2.5-derived top-p 0.9 R=64", "fixtures/real-draft-model", 64, 0, 0.9),
     ("SmolLM2-derived plain R=256", "fixtures/real-mixed", 256, 0, 1.0),
+    ("Qwen2.5-derived top-k 50 + top-p 0.9 R=64", "fixtures/real-draft-model", 64, 0, 0.9, 50),
+    ("SmolLM2-derived top-k 50 + top-p 0.9 R=64", "fixtures/real-mixed", 64, 0, 0.9, 50),
     ("SYNTHETIC plain R=1", None, 1, 0, 1.0),
     ("SYNTHETIC plain R=8", None, 8, 0, 1.0),
     ("SYNTHETIC plain R=64", None, 64, 0, 1.0),
@@ -103,6 +105,8 @@ def make_step(source: str | None, R: int, k: int, top_p: float, i: int = 0, top_
     step, _ = next(derive_steps(Recording(source), batch=R, drafts=k, vocab=V, steps=1))
     if top_p < 1.0:  # the recorded temperatures, every request at this top-p
         step.top_p = torch.full_like(step.top_p, top_p)
+    if top_k:  # and at this top-k
+        step.top_k = torch.full_like(step.top_k, top_k)
     return step.to("cuda")
 
 
