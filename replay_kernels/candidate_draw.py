@@ -4,7 +4,7 @@ A top-k row's kept set is among its gathered candidates (every kept value is at 
 at least the gather threshold), so ``argmax(processed + gumbel_noise(seed, pos, v))`` over the row is the argmax
 over the kept candidates: the same processed values (the candidates are the clean values at the row's
 temperature), the same ``mrv2`` noise (``rng.noised_score``), the same order (largest score, then smallest id,
-as the draw kernel's ``partials.better``). ``topk_gather._solve_kernel`` calls :func:`draw_candidates` after the
+as the draw kernel's: ``rng.better``). ``topk_gather._solve_kernel`` calls :func:`draw_candidates` after the
 bound, so a drawn row is read twice (block maxima, gather) instead of three times.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .rng import murmur3_finish, noised_score
+from .bound_rules import keep_mask
+from .rng import better, murmur3_finish, noised_score
 
 
 @dataclass
@@ -41,9 +42,8 @@ class CandidateDraw:
 @triton.jit
 def _best_noised(x, idx, live, cv, ci, key):
     """(score, id) of the best kept candidate of a chunk: the largest ``x + noise``, then the smallest id (the
-    draw kernel's order); the bound ``(cv, ci)`` keeps ``x > cv`` and ``x == cv`` at ids ``>= ci``."""
-    kept = live & ((x > cv) | ((x == cv) & (idx >= ci)))
-    score = noised_score(x, murmur3_finish(key, idx), kept)
+    draw kernel's order) under the bound ``(cv, ci)``."""
+    score = noised_score(x, murmur3_finish(key, idx), live & keep_mask(x, idx, cv, ci))
     m = tl.max(score, axis=0)
     return m, tl.min(tl.where(score == m, idx, 2147483647), axis=0)
 
@@ -58,7 +58,7 @@ def draw_candidates(x0, id0, vals_ptr, ids_ptr, n, cv, ci, key, CHUNK: tl.conste
         j = start + j0
         m, i = _best_noised(tl.load(vals_ptr + j, mask=j < n, other=float("-inf")),
                             tl.load(ids_ptr + j, mask=j < n, other=0), j < n, cv, ci, key)
-        if (m > best) | ((m == best) & (i < best_id)):
+        if better(m, i, best, best_id):
             best = m
             best_id = i
     return best_id

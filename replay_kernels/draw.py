@@ -26,7 +26,7 @@ writes the token, the count and the -1 padding: one launch, no reduce kernel, no
 
 Pruning, exact under the ``mrv2`` contract (a pruned token provably cannot win or tie):
 the threshold is the larger of the program's running best and the best score any program
-of the row has published (``row_best``, a ``filters.float_key`` per row, raised by relaxed
+of the row has published (``row_best``, a ``bound_rules.float_key`` per row, raised by relaxed
 atomics). The row's programs list the tokens of its ``HASHES x SPLITS`` smallest hashes
 (``rng.murmur3_preimage``) and score them after their tiles; every other token's noise is
 at most ``cut`` (the noise bound of that hash count). A tile whose bound (its largest raw value over
@@ -45,10 +45,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .filters import float_key, key_to_float
+from .bound_rules import float_key, key_to_float
 from .params import load_processed, process_loaded
-from .partials import better, block_argmax, block_max, held_once, last_to_arrive
-from .rng import gumbel_upper_bound, murmur3_finish, murmur3_preimage, murmur3_row_key, noised_score
+from .partials import block_argmax, block_max, held_once, last_to_arrive
+from .rng import better, gumbel_upper_bound, murmur3_finish, murmur3_preimage, murmur3_row_key, noised_score
 
 # Draw modes (one per request), shared by the plain samplers and the stochastic walk.
 MODE_NONE = tl.constexpr(0)      # nothing to draw (refused request, or greedy verify that stopped on a mismatch)

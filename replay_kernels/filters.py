@@ -34,12 +34,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .bound_rules import KEY_ROUNDS, WAYS, candidates, clean, float_key, key_to_float, min_p_bound, narrow, tie_drops
 from .launches import launch
 
 FILTER_SPAN = 8192   # elements of one row per program (fixed: the sums do not depend on the batch)
 ROUND_BLOCK, ROUND_WARPS = 512, 8  # a search round's tile (per-lane [ROUND_BLOCK, 16] accumulators) and warps
-WAYS = 16            # candidates per round
-KEY_ROUNDS = 8       # 16-way rounds over a 32-bit key: ceil(32 / 4)
 
 SEARCH_TOPK = tl.constexpr(0)  # Q(c) = #{x : key(x) >= c} >= kk
 SEARCH_TOPP = tl.constexpr(1)  # Q(c) = sum_{x >= L, key(x) < c} exp(x - M) / S <= 1 - p
@@ -55,63 +54,13 @@ STEP_FINAL = tl.constexpr(5)        # cut_val, cut_idx
 
 
 @triton.jit
-def float_key(x):
-    """Monotone int32 key of an fp32 value (-0.0 is read as +0.0; no NaN allowed)."""
-    x = tl.where(x == 0.0, 0.0, x)
-    bits = x.to(tl.int32, bitcast=True)
-    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-
-
-@triton.jit
-def key_to_float(key):
-    key = key.to(tl.int32)
-    bits = tl.where(key < 0, key ^ 0x7FFFFFFF, key)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _clean(row_ptr, offs, V, t):
-    """float32 ``div_rn(logits, t)`` of lanes ``offs``, NaN and lanes >= V read as -inf."""
-    x = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-    if t != 1.0:
-        x = tl.math.div_rn(x, t)
-    return tl.where(x != x, float("-inf"), x)
-
-
-@triton.jit
-def _candidates(lo, hi, NC: tl.constexpr):
-    j = tl.arange(0, NC).to(tl.int64)
-    return lo + ((hi - lo) * (j + 1) + (NC - 1)) // NC
-
-
-@triton.jit
-def narrow(lo, hi, cands, q):
-    """The interval after a round: the largest candidate where the monotone ``q`` holds, to below the first fail."""
-    return tl.max(tl.where(q, cands, lo), axis=0), tl.min(tl.where(q, hi, cands - 1), axis=0)
-
-
-@triton.jit
-def min_p_bound(M, log_min_p):
-    """The min-p bound ``M + log(min_p)``; -inf where that is NaN (min-p off on an all -inf row)."""
-    L = M + log_min_p
-    return tl.where(L != L, float("-inf"), L)
-
-
-@triton.jit
-def tie_drops(omp, below, S, v, M, m):
-    """The m tied values at v whose mass ``(below + j exp(v - M)) / S <= omp`` (fp32 count, < m): dropped by id."""
-    ndrop = tl.floor((omp - below / S) / (tl.exp(v - M) / S))
-    return tl.minimum(tl.maximum(ndrop, 0.0), (m - 1).to(tl.float32))
-
-
-@triton.jit
 def _stats_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, pmax_ptr, psum_ptr, V, SPLITS,
                   SPAN: tl.constexpr):
     """Pass 1, grid (G, SPLITS): max and sum-exp (relative to that max) of the span's clean values (one load)."""
     s = tl.program_id(1)
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
         row = tl.load(rows_ptr + f)
-        x = _clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
+        x = clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
         m = tl.max(x, axis=0)
         tl.store(pmax_ptr + f * SPLITS + s, m)
         tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(x > float("-inf"), tl.exp(x - m), 0.0), axis=0))
@@ -129,7 +78,7 @@ def _mass_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, lo_ptr, m_pt
         row = tl.load(rows_ptr + f)
         if L < float("inf"):
             offs = s * SPAN + tl.arange(0, SPAN)
-            x = _clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
+            x = clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
             keep = (x >= L) & (x > float("-inf"))
             if TIES:
                 vstar = tl.load(vstar_ptr + f)
@@ -145,7 +94,7 @@ def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS: tl.constexpr, kk, S, 
     added in split order, the predicate, the largest candidate where it holds. Top-p partials hold the
     mass of keys in [lo, c) only; ``below`` is the mass below lo, and the mass below the new lo is
     returned too: (lo, hi, below)."""
-    cands = _candidates(lo, hi, NC)
+    cands = candidates(lo, hi, NC)
     j = tl.arange(0, NC)
     cnt = tl.zeros([NC], dtype=tl.int32)
     mass = tl.zeros([NC], dtype=tl.float32)
@@ -214,9 +163,9 @@ def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, b
             L = tl.load(bound_ptr + f)
             M = tl.load(m_ptr + f)
             vstar = tl.load(vstar_ptr + f)
-            cands = _candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
+            cands = candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
             offs = s * SPAN + tl.arange(0, SPAN)
-            x = _clean(row_ptr, offs, V, t)
+            x = clean(row_ptr, offs, V, t)
             cnt = tl.zeros([NC], dtype=tl.int32)
             if MODE == SEARCH_TOPK:  # keys >= hi count for every candidate
                 cnt += tl.sum(((offs < V) & (float_key(x) >= hi)).to(tl.int32), axis=0)
@@ -225,7 +174,7 @@ def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, b
             if tl.max(_separating(x, offs, V, lo, hi, L, vstar, MODE).to(tl.int32), axis=0) > 0:
                 for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
                     offs_t = start + tl.arange(0, BLOCK)
-                    xt = _clean(row_ptr, offs_t, V, t)
+                    xt = clean(row_ptr, offs_t, V, t)
                     inside = _separating(xt, offs_t, V, lo, hi, L, vstar, MODE)
                     if MODE == SEARCH_TOPK:
                         acc_cnt += (inside[:, None] & (float_key(xt)[:, None] >= cands[None, :])).to(tl.int32)

@@ -44,6 +44,7 @@ import triton.language as tl
 from replay_harness.oracle.sampling_params import needs_processing, normalized_top_k
 from replay_harness.recording.step import Step
 
+from .bound_rules import keep_mask
 from .filters import FILTER_SPAN, FilterScratch, launch_filters
 from .launches import launch
 from .topk_gather import GatherScratch, gather_max_k, launch_gather
@@ -55,12 +56,6 @@ GATHER_SEARCH_ROWS = 1  # programs along rows of the filter passes for gathered 
 # ---------------------------------------------------------------------------
 # Device helpers shared by every kernel that reads logits
 # ---------------------------------------------------------------------------
-
-
-@triton.jit
-def keep_mask(x, offs, cut_val, cut_idx):
-    """True where the processed value survives the row's filter bound."""
-    return (x > cut_val) | ((x == cut_val) & (offs >= cut_idx))
 
 
 @triton.jit
@@ -230,6 +225,11 @@ def apply_sampling_params(step: Step, block: int = 1024, filter_span: int = FILT
     logits = step.logits.contiguous()
     rp = prepare_params(step, filter_span=filter_span)
     launch_params(logits, rp)
+    return apply_bounds(logits, rp, block)
+
+
+def apply_bounds(logits: torch.Tensor, rp: RowParams, block: int = 1024) -> torch.Tensor:
+    """[N, V] float32 processed logits under the bounds ``launch_params`` wrote to ``rp`` (contiguous ``logits``)."""
     n, v = logits.shape
     out = torch.empty((n, v), dtype=torch.float32, device=logits.device)
     if n:

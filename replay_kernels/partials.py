@@ -3,7 +3,7 @@
 A split-row kernel has each of a row's ``SPLITS`` programs store its partial (a max, a (score, index) pair,
 a sum), then :func:`last_to_arrive` elects the last of them, which reduces the row's partials in span order:
 no reduce kernel, no launch-wide barrier. Every (score, index) merge of the draw and the verify (tiles, listed
-tokens, programs) takes the order of :func:`better`: a larger score, or an equal score at a smaller index,
+tokens, programs) takes the order of ``rng.better``: a larger score, or an equal score at a smaller index,
 which is the first argmax whatever the order the candidates arrive in.
 """
 from __future__ import annotations
@@ -12,12 +12,7 @@ import triton
 import triton.language as tl
 
 from .params import process_loaded
-
-
-@triton.jit
-def better(score, idx, best, best_idx):
-    """Whether (score, idx) comes before (best, best_idx): a larger score, or an equal one at a smaller index."""
-    return (score > best) | ((score == best) & (idx < best_idx))
+from .rng import better
 
 
 @triton.jit

@@ -13,7 +13,8 @@ trees (so a GPU compile contracts them into FMAs the same way vLLM's does).
 * The same in stages, for kernels that prune: ``murmur3_row_key(seed, pos)`` once per
   row, ``murmur3_finish(key, token)``, ``hash_to_uniform(h)``, ``uniform_to_gumbel(u)``,
   and ``gumbel_upper_bound(h)`` (a bound on the noise from the hash alone, non-increasing in h).
-* ``noised_score(x, h, valid)``: the Gumbel-max score ``x + noise(h)`` (-inf where not valid or NaN).
+* ``noised_score(x, h, valid)``: the Gumbel-max score ``x + noise(h)`` (-inf where not valid or NaN), and
+  ``better(score, idx, best, best_idx)``: the argmax order (a larger score, then the smaller token id).
 * ``murmur3_preimage(key, h)``: the token whose ``murmur3_finish(key, token)`` is h (for a fixed row key the
   token -> hash map is a bijection of uint32), so a kernel can list the few tokens of a row whose noise is large.
 
@@ -206,3 +207,9 @@ def noised_score(x, h, valid):
     or a -inf minus +inf logit can never win)."""
     score = x + uniform_to_gumbel(hash_to_uniform(h))
     return tl.where(valid & (score == score), score, float("-inf"))
+
+
+@triton.jit
+def better(score, idx, best, best_idx):
+    """Whether (score, idx) comes before (best, best_idx): a larger score, or an equal one at a smaller index."""
+    return (score > best) | ((score == best) & (idx < best_idx))

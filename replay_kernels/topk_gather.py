@@ -49,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .filters import KEY_ROUNDS, WAYS, _candidates, _clean, float_key, key_to_float, min_p_bound, narrow, tie_drops
+from .bound_rules import KEY_ROUNDS, WAYS, candidates, clean, float_key, key_to_float, min_p_bound, narrow, tie_drops
 from .candidate_draw import CandidateDraw, draw_candidates
 from .launches import launch
 from .rng import murmur3_row_key
@@ -84,7 +84,7 @@ def _block_max_kernel(logits_ptr, stride, rows_ptr, temp_ptr, bmax_ptr, V, NB, S
     f = tl.program_id(0)
     s = tl.program_id(1)
     row = tl.load(rows_ptr + f)
-    x = _clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
+    x = clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
     tl.store(bmax_ptr + f * NB + s * NBLK + tl.arange(0, NBLK), tl.max(tl.reshape(x, (NBLK, SPAN // NBLK)), axis=1))
 
 
@@ -117,7 +117,7 @@ def _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE: tl.constexp
     for start in range(CHUNK, n, CHUNK):
         j = start + j0
         if ROW:
-            x = _clean(vals_ptr, j, n, t)
+            x = clean(vals_ptr, j, n, t)
         else:
             x = tl.load(vals_ptr + j, mask=j < n, other=float("-inf"))
         if MODE == 2 and not ROW:
@@ -151,7 +151,7 @@ def _search(x0, id0, vals_ptr, ids_ptr, n, c_lo, c_hi, target, kth, M, S, vstar,
     lo = c_lo
     hi = c_hi
     for _ in tl.static_range(ROUNDS):
-        c = _candidates(lo, hi, _WAYS)
+        c = candidates(lo, hi, _WAYS)
         part = _partials(x0, id0, vals_ptr, ids_ptr, n, c, kth, M, vstar, MODE, CHUNK, t, ROW)
         if MODE == 1:
             q = _mass(part) / S <= target
@@ -210,7 +210,7 @@ def _gather_kernel(logits_ptr, stride, rows_ptr, temp_ptr, thr_ptr, cnt_ptr, val
     if thr < float("inf"):
         row = tl.load(rows_ptr + f)
         offs = s * SPAN + tl.arange(0, SPAN)
-        x = _clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
+        x = clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
         sel = (x >= thr) & (x > float("-inf"))  # T may be -inf (a masked row): -inf lanes are never candidates
         if tl.max(sel.to(tl.int32), axis=0) > 0:
             pos = tl.atomic_add(cnt_ptr + f + tl.zeros([SPAN], tl.int32), 1, mask=sel)
@@ -339,7 +339,7 @@ def _row_solve_kernel(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, topp_ptr
             # with +inf the masses are NaN and no top-p cut holds: the top-k set (and the min-p bound) is kept
             p = tl.where(M == float("inf"), 1.0, tl.load(topp_ptr + row))
             L = min_p_bound(M, tl.load(logminp_ptr + row))
-            cut_val, cut_idx = _bound_by_search(_clean(row_ptr, j0, V, t), j0, row_ptr, row_ptr, V, L,
+            cut_val, cut_idx = _bound_by_search(clean(row_ptr, j0, V, t), j0, row_ptr, row_ptr, V, L,
                                                 tl.load(topk_ptr + row).to(tl.int64), p, M, CHUNK, t, True)
         tl.store(cut_val_ptr + row, cut_val)
         tl.store(cut_idx_ptr + row, cut_idx)

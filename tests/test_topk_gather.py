@@ -37,9 +37,10 @@ def solve_path(request, monkeypatch):
 
 def _bounds(step, span: int):
     """(processed logits, rows gathered, rows the gather left to the search) with the Triton bound."""
+    logits = step.logits.contiguous()
     rp = kparams.prepare_params(step, filter_span=span)
-    kparams.launch_params(step.logits.contiguous(), rp)
-    out = kparams.apply_sampling_params(step, filter_span=span)
+    kparams.launch_params(logits, rp)
+    out = kparams.apply_bounds(logits, rp)
     gathered = 0 if rp.gather is None else rp.gather.rows.numel()
     return out, gathered, int(rp.filters.count) - rp.gather.listed if rp.gather is not None else 0
 
