@@ -247,8 +247,9 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                SHARE: tl.constexpr, PRUNE: tl.constexpr, BLOCK: tl.constexpr, HASHES: tl.constexpr,
                TILES: tl.constexpr, CHUNK: tl.constexpr):
     """Span ``s`` of request ``r``: its best (score, index), and the row's token if this program is the last
-    of the row to arrive. The span is read ``TILES`` tiles at a time (one load, many bytes in flight); a
-    tile that may hold the winner is then scored from a second read (L1 or L2)."""
+    of the row to arrive (a row with nothing to draw, ``MODE_NONE``: its program 0 writes the count and the -1
+    pads, the others exit without an atomic or a store). The span is read ``TILES`` tiles at a time (one load,
+    many bytes in flight); a tile that may hold the winner is then scored from a second read (L1 or L2)."""
     mode = tl.load(mode_ptr + r)
     best = tl.full((), float("-inf"), tl.float32)
     best_idx = tl.zeros((), tl.int32)
@@ -334,11 +335,14 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                 if better(listed, listed_idx, best, best_idx):
                     best = listed
                     best_idx = listed_idx
-    tl.store(part_max_ptr + r * SPLITS + s, best)
-    tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
-    if TOP:
-        tl.store(part_top_ptr + r * SPLITS + s, top)
-    if last_to_arrive(arrivals_ptr, r, SPLITS):
+    finish = s == 0  # a row with nothing to draw: its first program writes the pads, the others exit
+    if mode != MODE_NONE:
+        tl.store(part_max_ptr + r * SPLITS + s, best)
+        tl.store(part_arg_ptr + r * SPLITS + s, best_idx)
+        if TOP:
+            tl.store(part_top_ptr + r * SPLITS + s, top)
+        finish = last_to_arrive(arrivals_ptr, r, SPLITS)
+    if finish:
         if SHARE:
             tl.store(row_best_ptr + r, NO_BEST)  # for the next launch
         count = tl.load(count_src_ptr + r)

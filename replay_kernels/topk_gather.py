@@ -23,8 +23,9 @@ above its k-th largest. Four launches find that set and its bound without the 16
    kept. The masses ``exp(x - M)`` are added as int64 multiples of 2^-40: exact, so the sums do not depend
    on the order the candidates arrived in (fp32 rounds each term by at most 2^-24 relative; these drop terms
    below 2^-40 absolute, with ``S >= 1``: a finer rounding of the same near-tie class). A row of at most
-   SEARCH_CHUNK candidates reads each answer off ranks instead (``_bound_by_rank``: same predicates, same
-   sums, one compare of every pair). With a
+   SEARCH_CHUNK (256) candidates reads each answer off one ascending sort of its (key, id) pairs instead
+   (``_bound_by_sort``: same predicates, the same int64 terms summed as prefix sums; the real-derived rows have
+   85 to 150 candidates, many tied at the threshold). With a
    :class:`CandidateDraw` (plain samples of ``gumbel-max``) it also draws the row's token: the kept set is among
    the candidates, so the Gumbel-max over the kept candidates is the draw over the row, without a third read.
 
@@ -56,15 +57,16 @@ from .rng import murmur3_row_key
 
 GATHER_CAP = 2048           # candidates a row, searched by one program (a power of two)
 GATHER_SPAN = 2048          # lanes a gather program reads (4 warps, 16 lanes a thread: per-lane atomics cost registers)
-SEARCH_CHUNK = 64           # candidates a search round reads at a time (the first chunk is read once)
-THRESHOLD_CHUNK = 256       # block maxima a round of the threshold search reads at a time (992 at V = 248,320)
-THRESHOLD_ROUNDS = 4        # its 16-way rounds from the smallest finite block maximum (8 pin the k-th exactly)
-RANK_SOLVE = True           # rows with at most SEARCH_CHUNK candidates: each search's answer read off ranks
+SEARCH_CHUNK = 256          # candidates a row solved by one sort (more: a search round reads 256 at a time)
+THRESHOLD_CHUNK = 1024       # block maxima a round of the threshold search reads at a time (992 at V = 248,320: all)
+THRESHOLD_ROUNDS = 3        # its 16-way rounds from the smallest finite block maximum (8 pin the k-th exactly)
+SORT_SOLVE = True           # rows with at most SEARCH_CHUNK candidates: each search's answer off one sort
 ROW_SOLVE = True            # rows that do not fit: the one-program search when no row is searched from the start
 ROW_SOLVE_CHUNK = 512       # lanes a step of that search (1,024 spilled: 552 B a thread, triton 3.6)
 BLOCKS_PER_SPAN = 32        # block maxima a span of the filter passes (blocks of span / 32 lanes)
 GATHER_MAX_K = 256          # rows with a larger k keep the search (so do k above a quarter of the blocks)
 SOLVE_WARPS = 4
+THRESHOLD_WARPS = 8
 _ROUNDS, _WAYS = tl.constexpr(KEY_ROUNDS), tl.constexpr(WAYS)  # the searches' 16-way rounds over 32 bits
 
 
@@ -175,6 +177,8 @@ def _threshold_kernel(rows_ptr, topk_ptr, logminp_ptr, bmax_ptr, thr_ptr, m_ptr,
     if f == 0:
         tl.store(fb_count_ptr, listed)
     row = tl.load(rows_ptr + f)
+    kk = tl.load(topk_ptr + row)  # 1 <= kk <= NB (gather_max_k); loaded before the block maxima, with them
+    log_min_p = tl.load(logminp_ptr + row)
     j0 = tl.arange(0, CHUNK)
     x0 = tl.load(bmax_ptr + f * NB + j0, mask=j0 < NB, other=float("-inf"))
     M = tl.max(x0, axis=0)
@@ -186,13 +190,12 @@ def _threshold_kernel(rows_ptr, topk_ptr, logminp_ptr, bmax_ptr, thr_ptr, m_ptr,
         M = tl.maximum(M, tl.max(x, axis=0))
         low = tl.minimum(low, tl.min(tl.where(x > float("-inf"), x, float("inf")), axis=0))
         finite += tl.sum((x > float("-inf")).to(tl.int32), axis=0)
-    kk = tl.load(topk_ptr + row)  # 1 <= kk <= NB (gather_max_k)
     ok = (M > float("-inf")) & (M < float("inf"))  # else a row of only -inf (or NaN), or +inf: the search
     L0 = tl.full((), float("-inf"), tl.float32)  # fewer than k finite blocks (a masked row): every finite value
     if ok & (finite >= kk):  # #{block max >= low} >= k: the predicate holds at low
         L0 = key_to_float(_search(x0, j0, bmax_ptr + f * NB, bmax_ptr, NB, float_key(low).to(tl.int64),
                                   float_key(M).to(tl.int64), kk.to(tl.int64), 0, M, 1.0, M, 0, CHUNK, ROUNDS))
-    L = min_p_bound(M, tl.load(logminp_ptr + row))
+    L = min_p_bound(M, log_min_p)
     tl.store(thr_ptr + f, tl.where(ok, tl.maximum(L0, L), float("inf")))
     tl.store(m_ptr + f, M)
     tl.store(cnt_ptr + f, 0)
@@ -247,39 +250,44 @@ def _bound_by_search(x0, id0, vals, ids, n, thr, kk, p, M, CHUNK: tl.constexpr, 
 
 
 @triton.jit
-def _bound_by_rank(x0, id0, n, thr, kk, p, M, CHUNK: tl.constexpr):
+def _bound_by_sort(x0, id0, n, thr, kk, p, M, CHUNK: tl.constexpr):
     """The same (cut_val, cut_idx) as :func:`_bound_by_search` for a row whose n <= CHUNK candidates are all in
-    ``x0`` / ``id0``, each search's answer read off ranks (one [CHUNK, CHUNK] compare) instead of 8 rounds: every
-    predicate changes only at a candidate, so its largest passing c is a candidate's key (or the lower end), and
-    the masses are the same int64 sums. Values come back through their key (-0.0 as +0.0), as the search's do."""
-    live = tl.arange(0, CHUNK) < n
-    xi = x0[:, None]
-    xj = x0[None, :]
-    ge = tl.sum((live[None, :] & (xj >= xi)).to(tl.int32), axis=1)  # #{x_j >= x_i}
-    kth = key_to_float(float_key(tl.max(tl.where(live & (ge >= kk), x0, thr), axis=0)))
+    ``x0`` / ``id0``, read off one ascending sort of (key, id) instead of 8 rounds a search: the k-th largest is at
+    position CHUNK - k; a tie group's first position has the exclusive prefix sum of the kept masses (the same
+    int64 terms) equal to the mass strictly below it, and the later positions of a group hold more, so the
+    largest value passing the top-p predicate on the prefixes is the one passing it on the masses below; the
+    group's members are in id order, so the tie cut is at its first position plus the count dropped.
+    Values come back through their key (-0.0 as +0.0), as the search's do."""
+    pos = tl.arange(0, CHUNK)
+    first = CHUNK - n  # dead lanes (x = -inf, never a candidate) sort first
+    s = tl.sort((float_key(x0).to(tl.int64) << 32) | id0.to(tl.int64))
+    u = key_to_float((s >> 32).to(tl.int32))
+    kth = tl.max(tl.where(pos == CHUNK - kk, u, float("-inf")), axis=0)  # the kk-th largest
+    kth = key_to_float(float_key(tl.where(n >= kk, kth, thr)))  # fewer than k (min-p kept fewer): every one
     cut_val = kth
     cut_idx = tl.zeros((), tl.int32)
     if p < 1.0:
-        kept = live & (x0 >= kth)
-        e = _fixed(x0, M, kept)
+        kept = (pos >= first) & (u >= kth)
+        e = _fixed(u, M, kept)
         S = _mass(tl.sum(e, axis=0))
         omp = 1.0 - p
-        below = tl.sum(tl.where(xj < xi, e[None, :], 0), axis=1)  # kept mass strictly below x_i
-        cut_val = key_to_float(float_key(tl.max(tl.where(kept & (_mass(below) / S <= omp), x0, kth), axis=0)))
-        tie = live & (x0 == cut_val)
+        prefix = tl.cumsum(e, axis=0) - e  # kept mass at earlier positions
+        cut_val = key_to_float(float_key(tl.max(tl.where(kept & (_mass(prefix) / S <= omp), u, kth), axis=0)))
+        tie = (pos >= first) & (u == cut_val)
         m = tl.sum(tie.to(tl.int32), axis=0)
-        if m > 1:  # drop the tie group's ndrop lowest ids: keep from the id with exactly ndrop tied ids below
-            ndrop = tie_drops(omp, _mass(tl.sum(tl.where(x0 < cut_val, e, 0), axis=0)), S, cut_val, M, m).to(tl.int32)
+        if m > 1:  # drop the tie group's ndrop lowest ids: keep from its position start + ndrop
+            start = tl.min(tl.where(tie, pos, CHUNK), axis=0)
+            below = tl.sum(tl.where(pos == start, prefix, 0), axis=0)
+            ndrop = tie_drops(omp, _mass(below), S, cut_val, M, m).to(tl.int32)
             if ndrop > 0:
-                lower = tl.sum((tie[None, :] & (id0[None, :] < id0[:, None])).to(tl.int32), axis=1)
-                cut_idx = tl.max(tl.where(tie & (lower == ndrop), id0, 0), axis=0)
+                cut_idx = tl.max(tl.where(pos == start + ndrop, (s & 0x7FFFFFFF).to(tl.int32), 0), axis=0)
     return cut_val, cut_idx
 
 
 @triton.jit
 def _solve_kernel(rows_ptr, topk_ptr, topp_ptr, thr_ptr, m_ptr, cnt_ptr, vals_ptr, ids_ptr, cut_val_ptr, cut_idx_ptr,
                   fb_rows_ptr, fb_count_ptr, req_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride, mode_ptr,
-                  CAP: tl.constexpr, CHUNK: tl.constexpr, RANK: tl.constexpr, DRAW: tl.constexpr,
+                  CAP: tl.constexpr, CHUNK: tl.constexpr, SORT: tl.constexpr, DRAW: tl.constexpr,
                   DONE: tl.constexpr, OPEN: tl.constexpr):
     """Grid (F,): the bound of row f from its n candidates, the filter passes' three searches on them only
     (k-th value; top-p value v*; the tie cut in id order), or the row appended to the search's list.
@@ -287,29 +295,31 @@ def _solve_kernel(rows_ptr, topk_ptr, topp_ptr, thr_ptr, m_ptr, cnt_ptr, vals_pt
     candidates, and its draw plan ``mode[req[f]]`` set to DONE; OPEN when the row was appended."""
     f = tl.program_id(0)
     row = tl.load(rows_ptr + f)
-    r = -1
-    if DRAW:
-        r = tl.load(req_ptr + f)
     n = tl.load(cnt_ptr + f)
     thr = tl.load(thr_ptr + f)
+    # every scalar the program reads, loaded up front so their round trips overlap (a program is latency)
+    M = tl.load(m_ptr + f)  # the largest candidate
+    kk = tl.load(topk_ptr + row).to(tl.int64)
+    p = tl.load(topp_ptr + row)
+    r = -1
+    key = tl.zeros((), tl.uint32)
+    if DRAW:
+        r = tl.load(req_ptr + f)
+        key = murmur3_row_key(tl.load(seed_ptr + tl.maximum(r, 0)), tl.load(pos_ptr + row))
     if (thr < float("inf")) & (n <= CAP):
         vals = vals_ptr + f * CAP
         ids = ids_ptr + f * CAP
-        M = tl.load(m_ptr + f)  # the largest candidate
         j0 = tl.arange(0, CHUNK)
         x0 = tl.load(vals + j0, mask=j0 < n, other=float("-inf"))  # the first CHUNK candidates, read once
         id0 = tl.load(ids + j0, mask=j0 < n, other=0)
         # top-k: every value >= the k-th largest; fewer than k candidates (min-p kept fewer): all (x >= thr)
-        kk = tl.load(topk_ptr + row).to(tl.int64)
-        p = tl.load(topp_ptr + row)
-        if RANK & (n <= CHUNK):
-            cut_val, cut_idx = _bound_by_rank(x0, id0, n, thr, kk, p, M, CHUNK)
+        if SORT & (n <= CHUNK):
+            cut_val, cut_idx = _bound_by_sort(x0, id0, n, thr, kk, p, M, CHUNK)
         else:
             cut_val, cut_idx = _bound_by_search(x0, id0, vals, ids, n, thr, kk, p, M, CHUNK)
         tl.store(cut_val_ptr + row, cut_val)
         tl.store(cut_idx_ptr + row, cut_idx)
         if r >= 0:
-            key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
             tok = draw_candidates(x0, id0, vals, ids, n, cut_val, cut_idx, key, CHUNK)
             tl.store(tokens_ptr + r * tok_stride, tok.to(tl.int64))
             tl.store(mode_ptr + r, DONE)
@@ -395,7 +405,7 @@ def launch_gather(logits: torch.Tensor, gs: GatherScratch, temp_div: torch.Tenso
     launch(_block_max_kernel, (F, nb // nblk), *head, gs.bmax, V, nb, SPAN=gs.span, NBLK=nblk, num_warps=8)
     launch(_threshold_kernel, (F,), gs.rows, top_k, log_min_p, gs.bmax, gs.thr, gs.m, gs.cnt, search_count,
            gs.listed, nb, CHUNK=min(THRESHOLD_CHUNK, triton.next_power_of_2(nb)), ROUNDS=THRESHOLD_ROUNDS,
-           num_warps=8)
+           num_warps=THRESHOLD_WARPS)
     gspan = min(GATHER_SPAN, gs.span)
     launch(_gather_kernel, (F, triton.cdiv(V, gspan)), *head, gs.thr, gs.cnt, gs.vals, gs.ids, V, SPAN=gspan,
            CAP=GATHER_CAP, num_warps=4)
@@ -403,7 +413,7 @@ def launch_gather(logits: torch.Tensor, gs: GatherScratch, temp_div: torch.Tenso
     draw_args = ((d.req, d.seed, d.positions, d.tokens, d.tokens.stride(0), d.mode) if d is not None
                  else (gs.rows, gs.rows, gs.rows, gs.rows, 0, gs.rows))  # placeholders, unused without DRAW
     launch(_solve_kernel, (F,), gs.rows, top_k, top_p, gs.thr, gs.m, gs.cnt, gs.vals, gs.ids, cut_val, cut_idx,
-           search_rows, search_count, *draw_args, CAP=GATHER_CAP, CHUNK=SEARCH_CHUNK, RANK=RANK_SOLVE,
+           search_rows, search_count, *draw_args, CAP=GATHER_CAP, CHUNK=SEARCH_CHUNK, SORT=SORT_SOLVE,
            DRAW=d is not None, DONE=d.done if d else 0, OPEN=d.open if d else 0, num_warps=SOLVE_WARPS)
     if gs.row_solve:
         launch(_row_solve_kernel, (F,), *head, top_k, top_p, log_min_p, gs.thr, gs.m, gs.cnt, cut_val, cut_idx, V,

@@ -27,11 +27,11 @@ def _step(seed: int, vocab: int, rows: int, device="cpu", **kw):
     return step.to(device)
 
 
-@pytest.fixture(params=[(True, 4), (False, 8)], ids=["rank-4-rounds", "search-8-rounds"])
+@pytest.fixture(params=[(True, 3), (False, 8)], ids=["sort-3-rounds", "search-8-rounds"])
 def solve_path(request, monkeypatch):
-    """The solve by ranks (rows of at most SEARCH_CHUNK candidates) with the threshold's 4 rounds, or by the
+    """The solve by one sort (rows of at most SEARCH_CHUNK candidates) with the threshold's 3 rounds, or by the
     searches with 8 (the exact k-th block maximum): the same bounds either way."""
-    monkeypatch.setattr("replay_kernels.topk_gather.RANK_SOLVE", request.param[0])
+    monkeypatch.setattr("replay_kernels.topk_gather.SORT_SOLVE", request.param[0])
     monkeypatch.setattr("replay_kernels.topk_gather.THRESHOLD_ROUNDS", request.param[1])
 
 
@@ -80,15 +80,18 @@ def test_gathered_ties_at_the_kth_value_and_at_the_top_p_cut(solve_path):
 
 def test_many_candidates_in_few_blocks(solve_path):
     """Rows whose largest values share blocks (ramps): the k-th largest block maximum lies far below the k-th
-    value, so the k-th value is picked from many more candidates than k (rank or search)."""
+    value, so the k-th value is picked from many more candidates than k: 17 to 49 a row, about 180 (more than the
+    64 of real rows' ties, sorted), about 180 in tie groups of 8 cut by top-p, and about 310 (more than
+    SEARCH_CHUNK: searched)."""
     v, span = 4096, 512  # blocks of 16 lanes
     ramp = torch.arange(v, dtype=torch.float32) * 0.01
-    step = _step(9, v, 6)
-    step.logits = torch.stack([ramp, ramp.flip(0), ramp, ramp.flip(0) - 3.0, ramp, ramp * 0.5])
-    step.top_k[:] = torch.tensor([2, 3, 4, 3, 3, 2], dtype=torch.int32)  # 17 to 49 candidates a row
-    step.top_p[:] = torch.tensor([1.0, 1.0, 1.0, 0.4, 0.3, 0.6])
+    steps8 = (ramp.flip(0) * 12.5).floor() / 12.5  # tie groups of 8 lanes
+    step = _step(9, v, 9)
+    step.logits = torch.stack([ramp, ramp.flip(0), ramp, ramp.flip(0) - 3.0, ramp, ramp * 0.5, ramp, steps8, ramp])
+    step.top_k[:] = torch.tensor([2, 3, 4, 3, 3, 2, 12, 12, 20], dtype=torch.int32)
+    step.top_p[:] = torch.tensor([1.0, 1.0, 1.0, 0.4, 0.3, 0.6, 0.5, 0.45, 0.7])
     got, gathered, searched = _bounds(step, span)
-    assert gathered == 6 and searched == 0
+    assert gathered == 9 and searched == 0
     assert torch.equal(got, oracle_params(step))
 
 
