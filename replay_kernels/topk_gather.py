@@ -58,15 +58,16 @@ from .rng import murmur3_row_key
 GATHER_CAP = 2048           # candidates a row, searched by one program (a power of two)
 GATHER_SPAN = 2048          # lanes a gather program reads (4 warps, 16 lanes a thread: per-lane atomics cost registers)
 SEARCH_CHUNK = 256          # candidates a row solved by one sort (more: a search round reads 256 at a time)
-THRESHOLD_CHUNK = 1024       # block maxima a round of the threshold search reads at a time (992 at V = 248,320: all)
+SORT_SMALL = 64             # rows of at most this many candidates sorted at this width (the interpreter: 256 is slow)
+THRESHOLD_CHUNK = 1024      # block maxima a round of the threshold search reads at a time (992 at V = 248,320: all)
 THRESHOLD_ROUNDS = 3        # its 16-way rounds from the smallest finite block maximum (8 pin the k-th exactly)
 SORT_SOLVE = True           # rows with at most SEARCH_CHUNK candidates: each search's answer off one sort
 ROW_SOLVE = True            # rows that do not fit: the one-program search when no row is searched from the start
 ROW_SOLVE_CHUNK = 512       # lanes a step of that search (1,024 spilled: 552 B a thread, triton 3.6)
 BLOCKS_PER_SPAN = 32        # block maxima a span of the filter passes (blocks of span / 32 lanes)
 GATHER_MAX_K = 256          # rows with a larger k keep the search (so do k above a quarter of the blocks)
-SOLVE_WARPS = 4
-THRESHOLD_WARPS = 8
+SOLVE_WARPS = 4             # the solve (8: even, slower at R = 256; docs/BENCHMARKS.md, twentieth session)
+THRESHOLD_WARPS = 8         # the threshold (16: slower at R = 1)
 _ROUNDS, _WAYS = tl.constexpr(KEY_ROUNDS), tl.constexpr(WAYS)  # the searches' 16-way rounds over 32 bits
 
 
@@ -285,10 +286,32 @@ def _bound_by_sort(x0, id0, n, thr, kk, p, M, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def _solve_row(vals, ids, n, thr, kk, p, M, key, draw, by_sort, CHUNK: tl.constexpr, SEARCH: tl.constexpr):
+    """(cut_val, cut_idx, token) of a row from its n candidates, the first CHUNK loaded once: by one sort when
+    ``by_sort`` (n <= CHUNK), else (``SEARCH`` compiled in) by the searches; the token (when ``draw``) from the
+    kept candidates."""
+    j0 = tl.arange(0, CHUNK)
+    x0 = tl.load(vals + j0, mask=j0 < n, other=float("-inf"))
+    id0 = tl.load(ids + j0, mask=j0 < n, other=0)
+    # top-k: every value >= the k-th largest; fewer than k candidates (min-p kept fewer): all (x >= thr)
+    if SEARCH:
+        if by_sort:
+            cut_val, cut_idx = _bound_by_sort(x0, id0, n, thr, kk, p, M, CHUNK)
+        else:
+            cut_val, cut_idx = _bound_by_search(x0, id0, vals, ids, n, thr, kk, p, M, CHUNK)
+    else:
+        cut_val, cut_idx = _bound_by_sort(x0, id0, n, thr, kk, p, M, CHUNK)
+    tok = tl.zeros((), tl.int32)
+    if draw:
+        tok = draw_candidates(x0, id0, vals, ids, n, cut_val, cut_idx, key, CHUNK)
+    return cut_val, cut_idx, tok
+
+
+@triton.jit
 def _solve_kernel(rows_ptr, topk_ptr, topp_ptr, thr_ptr, m_ptr, cnt_ptr, vals_ptr, ids_ptr, cut_val_ptr, cut_idx_ptr,
                   fb_rows_ptr, fb_count_ptr, req_ptr, seed_ptr, pos_ptr, tokens_ptr, tok_stride, mode_ptr,
-                  CAP: tl.constexpr, CHUNK: tl.constexpr, SORT: tl.constexpr, DRAW: tl.constexpr,
-                  DONE: tl.constexpr, OPEN: tl.constexpr):
+                  CAP: tl.constexpr, CHUNK: tl.constexpr, SORT_SMALL: tl.constexpr, SORT: tl.constexpr,
+                  DRAW: tl.constexpr, DONE: tl.constexpr, OPEN: tl.constexpr):
     """Grid (F,): the bound of row f from its n candidates, the filter passes' three searches on them only
     (k-th value; top-p value v*; the tie cut in id order), or the row appended to the search's list.
     ``DRAW`` (:class:`CandidateDraw`): request ``req[f]`` (if >= 0) also gets its token, drawn from the kept
@@ -309,18 +332,14 @@ def _solve_kernel(rows_ptr, topk_ptr, topp_ptr, thr_ptr, m_ptr, cnt_ptr, vals_pt
     if (thr < float("inf")) & (n <= CAP):
         vals = vals_ptr + f * CAP
         ids = ids_ptr + f * CAP
-        j0 = tl.arange(0, CHUNK)
-        x0 = tl.load(vals + j0, mask=j0 < n, other=float("-inf"))  # the first CHUNK candidates, read once
-        id0 = tl.load(ids + j0, mask=j0 < n, other=0)
-        # top-k: every value >= the k-th largest; fewer than k candidates (min-p kept fewer): all (x >= thr)
-        if SORT & (n <= CHUNK):
-            cut_val, cut_idx = _bound_by_sort(x0, id0, n, thr, kk, p, M, CHUNK)
+        if SORT & (n <= SORT_SMALL):  # most rows: a narrow sort (exchangeable rows have about 1.15 k candidates)
+            cut_val, cut_idx, tok = _solve_row(vals, ids, n, thr, kk, p, M, key, r >= 0, True, SORT_SMALL, False)
         else:
-            cut_val, cut_idx = _bound_by_search(x0, id0, vals, ids, n, thr, kk, p, M, CHUNK)
+            cut_val, cut_idx, tok = _solve_row(vals, ids, n, thr, kk, p, M, key, r >= 0, SORT & (n <= CHUNK), CHUNK,
+                                               True)
         tl.store(cut_val_ptr + row, cut_val)
         tl.store(cut_idx_ptr + row, cut_idx)
         if r >= 0:
-            tok = draw_candidates(x0, id0, vals, ids, n, cut_val, cut_idx, key, CHUNK)
             tl.store(tokens_ptr + r * tok_stride, tok.to(tl.int64))
             tl.store(mode_ptr + r, DONE)
     else:
@@ -413,8 +432,8 @@ def launch_gather(logits: torch.Tensor, gs: GatherScratch, temp_div: torch.Tenso
     draw_args = ((d.req, d.seed, d.positions, d.tokens, d.tokens.stride(0), d.mode) if d is not None
                  else (gs.rows, gs.rows, gs.rows, gs.rows, 0, gs.rows))  # placeholders, unused without DRAW
     launch(_solve_kernel, (F,), gs.rows, top_k, top_p, gs.thr, gs.m, gs.cnt, gs.vals, gs.ids, cut_val, cut_idx,
-           search_rows, search_count, *draw_args, CAP=GATHER_CAP, CHUNK=SEARCH_CHUNK, SORT=SORT_SOLVE,
-           DRAW=d is not None, DONE=d.done if d else 0, OPEN=d.open if d else 0, num_warps=SOLVE_WARPS)
+           search_rows, search_count, *draw_args, CAP=GATHER_CAP, CHUNK=SEARCH_CHUNK, SORT_SMALL=SORT_SMALL,
+           SORT=SORT_SOLVE, DRAW=d is not None, DONE=d.done if d else 0, OPEN=d.open if d else 0, num_warps=SOLVE_WARPS)
     if gs.row_solve:
         launch(_row_solve_kernel, (F,), *head, top_k, top_p, log_min_p, gs.thr, gs.m, gs.cnt, cut_val, cut_idx, V,
                CAP=GATHER_CAP, CHUNK=ROW_SOLVE_CHUNK, num_warps=8)

@@ -80,9 +80,9 @@ def test_gathered_ties_at_the_kth_value_and_at_the_top_p_cut(solve_path):
 
 def test_many_candidates_in_few_blocks(solve_path):
     """Rows whose largest values share blocks (ramps): the k-th largest block maximum lies far below the k-th
-    value, so the k-th value is picked from many more candidates than k: 17 to 49 a row, about 180 (more than the
-    64 of real rows' ties, sorted), about 180 in tie groups of 8 cut by top-p, and about 310 (more than
-    SEARCH_CHUNK: searched)."""
+    value, so the k-th value is picked from many more candidates than k: 17 to 49 a row; about 180 (sorted, as
+    the real-derived rows' 85 to 150), also in tie groups of 8 cut by top-p; about 310 (over SEARCH_CHUNK: the
+    searches)."""
     v, span = 4096, 512  # blocks of 16 lanes
     ramp = torch.arange(v, dtype=torch.float32) * 0.01
     steps8 = (ramp.flip(0) * 12.5).floor() / 12.5  # tie groups of 8 lanes
