@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# PREPARED in the twentieth session for the next one's first device call; nothing here has run.
+# PREPARED in the twentieth session for the next one's first device call; run in the twenty-first as call 0
+# (docs/BENCHMARKS.md twenty-first section; docs/bench/2026-12-02-h200-s21/call0/).
 # Before the call, on the dev machine: mkdir -p scratch/s20b && git archive 25eb9b8 replay_kernels | tar -x -C scratch/s20b
 # run(command="timeout 590 bash docs/bench/2026-12-02-h200-s20/scripts/next_first_call.sh", carry=["scratch", ".peers"])
 #
