@@ -235,7 +235,7 @@ def test_stochastic_fused_and_per_position_launches_agree(seed):
     """Few requests verify every position in one launch (``fused_below``), more in one launch per position:
     both read the same span stats and run the same tests, so the tokens (and with them a request's tokens
     whatever batch it is in) are the same. Mixed greedy / stochastic, placeholders, draft logits, and
-    top-p steps whose bounds leave some tests pending (one seed: the step without draft logits)."""
+    top-p steps whose bounds leave some tests pending (in the run whose first step has no draft logits)."""
     steps = [synthetic_step(seed, 300, 9, 4, draft_logits=seed % 2 == 0, placeholders=True, filters=True),
              synthetic_step(seed + 10, 257, 7, 3, ties=True, ks=[3, 0, 1, 3, 2, 3, 3])]
     if seed % 2:
