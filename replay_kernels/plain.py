@@ -28,6 +28,7 @@ from .candidate_draw import CandidateDraw
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .launches import run_recorded
+from . import one_launch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
@@ -48,7 +49,9 @@ class PlainState:
     draw_mode [R] int32: the plan the first draw follows (``mode``, or with ``draw_candidates`` a copy whose gathered
     requests the gather draws: candidate_draw.CandidateDraw);
     check: CheckScratch of sample-and-check (None when no row uses it); round_draw: the DrawScratch of
-    its later draws (``sample_check.round_draw_scratch``: few rows are still open);
+    its later draws (``sample_check.round_draw_scratch``: few rows are still open); one: the scratch of the
+    same in one launch (:mod:`replay_kernels.one_launch`; None when the step does not qualify), used when its
+    programs fit on the device at once (decided when the launches are recorded), else the sequence above;
     notes: list[str]; launches: the launch sequence, recorded on the first launch
     (:mod:`replay_kernels.launches`); dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
     """
@@ -70,6 +73,7 @@ class PlainState:
     draw_mode: torch.Tensor | None = None
     check: CheckScratch | None = None
     round_draw: DrawScratch | None = None
+    one: one_launch.OneLaunchScratch | None = None
     notes: list[str] = field(default_factory=list)
     launches: list | None = None
 
@@ -82,16 +86,21 @@ class PlainSampler(LaunchSampler):
     instead of searching their bound first; the subclass's draw must honour the plan it is given.
     ``draw_candidates``: rows whose top-k bound is gathered are drawn from their candidates by the gather
     (:class:`replay_kernels.candidate_draw.CandidateDraw`), not by the subclass's draw.
+    ``one_launch`` (with ``sample_check``; steps without gathered rows): the draw, checks and redraws in one
+    launch (:mod:`replay_kernels.one_launch`): None below ONE_LAUNCH_BELOW requests and not under the
+    interpreter, True whenever its programs fit (one a row under the interpreter), False never. Same tokens.
     """
 
     rng_contract = "mrv2"
     sample_check = False
     draw_candidates = False
 
-    def __init__(self, block: int | None = None, programs: int | None = None, filter_span: int = FILTER_SPAN):
+    def __init__(self, block: int | None = None, programs: int | None = None, filter_span: int = FILTER_SPAN,
+                 one_launch: bool | None = None):
         self.block = block
         self.programs = programs
         self.filter_span = filter_span
+        self.one_launch = one_launch
 
     def prepare(self, step: Step) -> PlainState:
         """Host work: row parameters, draw plan and preallocated outputs (k > 0 requests refused)."""
@@ -123,8 +132,12 @@ class PlainSampler(LaunchSampler):
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,
                                           params.check_miss)
             round_draw = round_draw_scratch(r_count, step.vocab_size, self.block, device, self.programs)
+        one = None
+        if self._wants_one_launch(params, r_count):
+            one = one_launch.OneLaunchScratch.allocate(r_count, step.vocab_size, self.filter_span, device,
+                                            **({"draw_block": self.block} if self.block else {}))
         state = PlainState(
-            logits=logits, params=params, check=check, round_draw=round_draw,
+            logits=logits, params=params, check=check, round_draw=round_draw, one=one,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),
             slot=torch.zeros(r_count, **i32), seed=step.seed.to(device=device, dtype=torch.int64),
             positions=step.positions.to(device=device, dtype=torch.int64),
@@ -153,10 +166,21 @@ class PlainSampler(LaunchSampler):
             run_recorded(state, lambda: self._launch_all(state))
         return state.tokens, state.counts
 
+    def _wants_one_launch(self, params, num_requests: int) -> bool:
+        """Whether the step may take the one launch (``one_launch``; its programs must still fit)."""
+        if not (self.sample_check and params.any_check and params.gather is None) or self.one_launch is False:
+            return False
+        return self.one_launch or (num_requests < one_launch.ONE_LAUNCH_BELOW and not one_launch.interpreting())
+
     def _launch_all(self, state: PlainState) -> None:
         """The launch sequence of ``launch`` (recorded once a state)."""
         p = state.params
         launch_params(state.logits, p)
+        one = (state.one, state.logits, state.mode, state.row, p, state.seed, state.positions, state.counts_init,
+               state.counts, state.tokens)
+        if state.one is not None and one_launch.fits(*one):
+            one_launch.launch_one(*one)
+            return
         self._draw(state, state.draw_mode, p.cut_val, p.cut_idx, state.draw)
         if state.check is not None:
             def draw_open(mode, cut_val, cut_idx, rows):

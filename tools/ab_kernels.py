@@ -18,7 +18,8 @@ V = 248,320 (a real case with ``top_p`` < 1 sets every request to it, at the rec
 ``--steps N`` times N SYNTHETIC steps a case instead of one (seeds ``seed_of(V, R, k) + i``): a cell is then
 the median over the steps of each step's median, with the range over the steps (a verify step with top-p costs
 far more when its exact-cut fallback has rows to search, and the bench's one step may have none).
-``--cases`` keeps the cases whose label contains one of its comma-separated words; ``--kernels`` adds each
+``--cases`` keeps the cases whose label contains one of its comma-separated words (a word ending in ``$``: whose
+label ends with the rest, so ``R=2$`` is not ``R=256``); ``--kernels`` adds each
 variant's device time per kernel (of the first step). A ``--set`` reaches what is read at call time (a shape
 table used when a sampler is prepared), not a name another module imported at load time.
 """
@@ -39,6 +40,9 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("Qwen2.5-derived verify k=4 R=64", "fixtures/real-draft-model", 64, 4, 1.0),
     ("Qwen2.5-derived top-p 0.9 R=256", "fixtures/real-draft-model", 256, 0, 0.9),
     ("Qwen2.5-derived top-p 0.9 R=64", "fixtures/real-draft-model", 64, 0, 0.9),
+    ("Qwen2.5-derived top-p 0.9 R=1", "fixtures/real-draft-model", 1, 0, 0.9),
+    ("Qwen2.5-derived top-p 0.9 R=3", "fixtures/real-draft-model", 3, 0, 0.9),
+    ("SmolLM2-derived top-p 0.9 R=1", "fixtures/real-mixed", 1, 0, 0.9),
     ("SmolLM2-derived plain R=256", "fixtures/real-mixed", 256, 0, 1.0),
     ("Qwen2.5-derived top-k 50 + top-p 0.9 R=64", "fixtures/real-draft-model", 64, 0, 0.9, 50),
     ("SmolLM2-derived top-k 50 + top-p 0.9 R=64", "fixtures/real-mixed", 64, 0, 0.9, 50),
@@ -48,6 +52,9 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("SYNTHETIC plain R=256", None, 256, 0, 1.0),
     ("SYNTHETIC top-p 0.9 R=1", None, 1, 0, 0.9),
     ("SYNTHETIC top-p 0.5 R=1", None, 1, 0, 0.5),
+    ("SYNTHETIC top-p 0.9 R=2", None, 2, 0, 0.9),
+    ("SYNTHETIC top-p 0.9 R=3", None, 3, 0, 0.9),
+    ("SYNTHETIC top-p 0.9 R=4", None, 4, 0, 0.9),
     ("SYNTHETIC top-p 0.9 R=8", None, 8, 0, 0.9),
     ("SYNTHETIC top-p 0.9 R=64", None, 64, 0, 0.9),
     ("SYNTHETIC top-p 0.9 R=256", None, 256, 0, 0.9),
@@ -59,6 +66,7 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("SYNTHETIC top-k 50 + top-p 0.9 R=256", None, 256, 0, 0.9, 50),
     ("SYNTHETIC top-k 50 R=1", None, 1, 0, 1.0, 50),
     ("SYNTHETIC top-k 50 R=2", None, 2, 0, 1.0, 50),
+    ("SYNTHETIC top-k 50 R=3", None, 3, 0, 1.0, 50),
     ("SYNTHETIC top-k 50 R=4", None, 4, 0, 1.0, 50),
     ("SYNTHETIC top-k 50 R=8", None, 8, 0, 1.0, 50),
     ("SYNTHETIC top-k 50 R=32", None, 32, 0, 1.0, 50),
@@ -116,7 +124,8 @@ def main() -> int:
                     help="a copy of the replay_kernels package to race (the first is the reference)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME:MODULE.ATTR=EXPR",
                     help="override a module constant of one variant")
-    ap.add_argument("--cases", default="", help="comma-separated words; keep the cases whose label has one")
+    ap.add_argument("--cases", default="", help="comma-separated words; keep the cases whose label has one "
+                    "(ending in $: whose label ends with it)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=1,
                     help="SYNTHETIC steps a case (different seeds); cells give the median and range over them")
@@ -145,7 +154,8 @@ def main() -> int:
     impls = {name: (importlib.import_module(f"{pkg}.gumbel_max").GumbelMaxSampler,
                     importlib.import_module(f"{pkg}.stochastic").StochasticSampler) for name, pkg in variants.items()}
     words = [w.strip() for w in args.cases.split(",") if w.strip()]
-    cases = [c for c in CASES if not words or any(w in c[0] for w in words)]
+    cases = [c for c in CASES if not words or any(c[0].endswith(w[:-1]) if w.endswith("$") else w in c[0]
+                                                  for w in words)]
     names = list(variants)
     ref = names[0]
     print(f"# ab_kernels on {torch.cuda.get_device_name()}, torch {torch.__version__}; CUDA graphs of 16 launches, "

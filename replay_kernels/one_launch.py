@@ -1,0 +1,315 @@
+"""Sample-and-check of a small plain step in one launch: draw, check and redraw behind per-row barriers.
+
+Same tokens as the launch sequence of :mod:`replay_kernels.sample_check` (first draw, first check, the
+launched rounds, the finish loop: five to nine launches, each with its own fixed cost). Here the ``P``
+programs of a row, all resident at once, meet at a barrier instead of a kernel boundary. Measured on an H200
+(CUDA graph, docs/BENCHMARKS.md, twenty-second session): top-p 0.9 R = 1 13.2 -> 8.5 µs when the draw is the
+row's peak held once (about 13.0 when the check runs), top-k 50 R = 1 17.8 -> 8.5, top-p 0.9 R = 3 18.1 ->
+10.5. Program ``(r, q)`` of grid ``(R, P)``:
+
+1. draws the spans ``q, q + P, ...`` of ``DRAW_BLOCK`` lanes of row r above its bound ``(cv, ci)`` (the
+   prepared filter bound, then ``(x_c, c + 1)`` after a miss): each span's best ``(score, index)`` and, in the
+   first round, its largest processed value; then waits until all P programs of the row have stored theirs;
+2. reduces the partials (every program, the same order): the drawn token ``c`` (largest score, first
+   index) and, in the first round, the row's largest processed value ``M``; a row without a check is done,
+   and so is a first draw that is the only lane holding ``M`` (any top-p keeps the top of the order, any
+   top-k > 0 its largest value: the first check kernel's rule, ``draw.held_once``, here from exact counts);
+3. a check row: sums the check spans ``q, q + P, ...`` of ``CHECK_SPAN`` lanes (``sample_check._span_check``,
+   at the same span, tile and warps as the split check kernel, so the same partial sums), waits for the row,
+   and adds them as the check kernel does (``sample_check._verdict``): kept -> done, else the bound becomes
+   ``(x_c, c + 1)`` and the row goes back to 1.
+
+Every program of a row reaches the same verdicts from the same partials, so they leave the loop together;
+program 0 writes the token, the count and the -1 pads, and the last program to leave resets the row's barrier
+counter (a count of arrivals that only grows within a launch: barrier i waits for ``i * P``).
+
+Residency: a program waits for the others of its row, so all ``R x P`` programs must be resident at once, or
+the launch never ends. :func:`resident_programs` computes what the compiled kernel's registers, threads and
+shared memory allow on the device; :func:`fits` says whether ``R x P`` does (the plain sampler takes this
+kernel below ONE_LAUNCH_BELOW requests when it fits, the launch sequence otherwise). Under
+``TRITON_INTERPRET=1`` the programs run one after the other, so a barrier of P > 1 programs would wait
+forever: there P = 1, one program a row that loops over every span (same spans, same partials, same tokens),
+and a barrier of one program passes at once.
+
+Bytes (R = 1, fp32): the row read once from DRAM by the draw (V x 4 B), each check and redraw again from L2;
+12 B of partials a draw span and a check span a round.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
+from .launches import launch
+from .bound_rules import keep_mask
+from .params import process_loaded
+from .partials import block_argmax, block_max, last_to_arrive
+from .rng import murmur3_finish, murmur3_row_key, noised_score
+from .sample_check import CHECK_BLOCK, CHECK_WARPS, _candidate, _span_check, _verdict
+
+ONE_LAUNCH_BELOW = 4  # requests; at R = 4 its 488 programs do not fit an H200 (396) anyway
+DRAW_BLOCK = 2048     # lanes of a draw span: one tile a program, like the plain draw below 8 rows (draw.DRAW_SHAPES)
+REDUCE_CHUNK = 128    # partials reduced per step
+ONE_LAUNCH_MAXNREG = 168  # 3 programs an SM; compiles to 159 unspilled (uncapped: 210, 2 an SM; triton 3.6, sm_90)
+
+
+@triton.jit
+def _row_barrier(sync_ptr, r, target):
+    """Wait until ``target`` arrivals are counted for row ``r``, this program's included: its stores before the
+    call are then visible to the row's programs, and theirs to it (``acq_rel`` arrival; volatile reads while
+    waiting, then one ``acquire``)."""
+    tl.debug_barrier()
+    n = tl.atomic_add(sync_ptr + r, 1, sem="acq_rel", scope="gpu") + 1
+    if n < target:  # each thread reads until it sees the count (the count only grows until every thread is out)
+        seen = tl.load(sync_ptr + r, volatile=True)
+        while seen < target:
+            seen = tl.load(sync_ptr + r, volatile=True)
+        tl.atomic_add(sync_ptr + r, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _span_scores(base, lo, V, mode, t, L, ci, key, BLOCK: tl.constexpr):
+    """(processed values, scores) of lanes ``[lo, lo + BLOCK)`` of one row, float32 ``[BLOCK]``: GREEDY the raw
+    values (NaN as -inf), which are their own scores; TARGET the values under the prepared bound ``(L, ci)``
+    and their Gumbel-max scores (a span with nothing kept pays no hash: all -inf)."""
+    offs = lo + tl.arange(0, BLOCK)
+    valid = offs < V
+    raw = tl.load(base + offs, mask=valid, other=float("-inf"))
+    if mode == MODE_GREEDY:
+        x = raw.to(tl.float32)
+        x = tl.where(x != x, float("-inf"), x)
+        score = x
+    else:
+        x = process_loaded(raw, offs, t, L, ci)
+        score = tl.full((BLOCK,), float("-inf"), tl.float32)
+        if tl.max(x, axis=0) > float("-inf"):
+            score = noised_score(x, murmur3_finish(key, offs), valid)
+    return x, score
+
+
+@triton.jit
+def _span_best(x, score, lo, cv, ci, BLOCK: tl.constexpr):
+    """(best score, its index, largest value, lanes holding it) over the lanes of a span above the bound
+    ``(cv, ci)``: the first index of the largest score ((-inf, 0, -inf, 0) when none is above it)."""
+    offs = lo + tl.arange(0, BLOCK)
+    keep = keep_mask(x, offs, cv, ci)
+    best, arg = tl.max(tl.where(keep, score, float("-inf")), axis=0, return_indices=True)
+    top = tl.max(tl.where(keep, x, float("-inf")), axis=0)
+    held = tl.sum(tl.where(keep & (x == top), 1, 0), axis=0)
+    return best, tl.where(best > float("-inf"), lo + arg, 0), top, tl.where(top > float("-inf"), held, 0)
+
+
+@triton.jit
+def _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, base, first,
+                BLOCK: tl.constexpr):
+    """Store span ``s``'s partials at ``base + s``: its best (score, index) above the bound ``(cv, ci)`` and, in the
+    first round, its largest processed value and the lanes holding it."""
+    best, idx, top, held = _span_best(x, score, s * BLOCK, cv, ci, BLOCK)
+    tl.store(part_max_ptr + base + s, best)
+    tl.store(part_arg_ptr + base + s, idx)
+    if first != 0:
+        tl.store(part_top_ptr + base + s, top)
+        tl.store(part_held_ptr + base + s, held)
+
+
+@triton.jit
+def _held_once(top_ptr, held_ptr, base, NB, M, CHUNK: tl.constexpr):
+    """Whether exactly one lane of the row holds its largest processed value ``M``: the lanes holding each
+    span's top, added over the spans whose top is ``M``."""
+    n = tl.zeros((), tl.int32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        ok = offs < NB
+        at_top = tl.load(top_ptr + base + offs, mask=ok, other=float("-inf"), cache_modifier=".cg") == M
+        n += tl.sum(tl.where(at_top, tl.load(held_ptr + base + offs, mask=ok, other=0, cache_modifier=".cg"), 0),
+                    axis=0)
+    return n == 1
+
+
+@triton.jit
+def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_val_ptr, cut_idx_ptr, check_ptr,
+                       topk_ptr, topp_ptr, seed_ptr, pos_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride,
+                       part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
+                       sync_ptr, exits_ptr, V, W, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr,
+                       CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                       ONE_SPAN: tl.constexpr):
+    """Grid (R, P): the whole sample-and-check of request r by its P programs (module docstring). ``ONE_SPAN``
+    (P = DRAW_SPLITS): each program's one draw span is scored once and kept in registers, so a redraw is a
+    masked maximum; else each round scores its spans again (the same scores)."""
+    r = tl.program_id(0)
+    q = tl.program_id(1)
+    P = tl.num_programs(1)
+    mode = tl.load(mode_ptr + r)
+    token = tl.zeros((), tl.int32)
+    if mode != MODE_NONE:
+        row = tl.load(row_ptr + r)
+        base = logits_ptr + row.to(tl.int64) * l_stride
+        t = tl.load(temp_ptr + row)
+        L = tl.load(cut_val_ptr + row)  # the prepared bound: min-p only on a check row (sums keep x >= L)
+        ci0 = tl.load(cut_idx_ptr + row)
+        cv = L
+        ci = ci0
+        key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
+        kk = tl.load(topk_ptr + row)
+        p = tl.load(topp_ptr + row)
+        checked = (mode == MODE_TARGET) & (tl.load(check_ptr + row) != 0)
+        if ONE_SPAN:
+            x1, score1 = _span_scores(base, q * DRAW_BLOCK, V, mode, t, L, ci0, key, DRAW_BLOCK)
+        M = tl.full((), float("-inf"), tl.float32)
+        first = tl.full((), 1, tl.int32)
+        arrivals = P  # the count barrier i waits for: i x P
+        done = tl.zeros((), tl.int32)
+        while done == 0:
+            if ONE_SPAN:
+                _store_span(x1, score1, q, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
+                            r * DRAW_SPLITS, first, DRAW_BLOCK)
+            else:
+                for s in range(q, DRAW_SPLITS, P):
+                    x, score = _span_scores(base, s * DRAW_BLOCK, V, mode, t, L, ci0, key, DRAW_BLOCK)
+                    _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
+                                r * DRAW_SPLITS, first, DRAW_BLOCK)
+            _row_barrier(sync_ptr, r, arrivals)
+            arrivals += P
+            _, token = block_argmax(part_max_ptr, part_arg_ptr, r * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
+            done = 1
+            if checked:
+                xc = _candidate(base, token, t)
+                done = 0
+                if first != 0:  # the row's largest processed value under the prepared bound; a first draw that
+                    # is its only lane is kept by any top-p and any top-k > 0 (the first check kernel's rule)
+                    M = block_max(part_top_ptr, r * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
+                    first = 0
+                    if (xc == M) & (kk > 0):
+                        done = _held_once(part_top_ptr, part_held_ptr, r * DRAW_SPLITS, DRAW_SPLITS, M,
+                                          CHUNK).to(tl.int32)
+                if done == 0:
+                    for s in range(q, CHECK_SPLITS, P):
+                        s_all, s_low, cnt = _span_check(base, s * CHECK_SPAN,
+                                                        tl.minimum(s * CHECK_SPAN + CHECK_SPAN, V), V, t, L, xc,
+                                                        token, kk, p, M, CHECK_BLOCK)
+                        tl.store(pall_ptr + r * CHECK_SPLITS + s, s_all)
+                        tl.store(plow_ptr + r * CHECK_SPLITS + s, s_low)
+                        tl.store(pcnt_ptr + r * CHECK_SPLITS + s, cnt)
+                    _row_barrier(sync_ptr, r, arrivals)
+                    arrivals += P
+                    done = _verdict(pall_ptr, plow_ptr, pcnt_ptr, r * CHECK_SPLITS, CHECK_SPLITS, xc, kk,
+                                    p).to(tl.int32)
+                    cv = xc
+                    ci = token + 1
+        if last_to_arrive(exits_ptr, r, P):
+            tl.store(sync_ptr + r, 0)  # every program of the row has left its last barrier
+    if q == 0:
+        count = tl.load(count_src_ptr + r)
+        if mode != MODE_NONE:
+            tl.store(tokens_ptr + r * tok_stride, token.to(tl.int64))
+        for j in range(count, W):
+            tl.store(tokens_ptr + r * tok_stride + j, -1)
+        tl.store(counts_ptr + r, count)
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class OneLaunchScratch:
+    """Per-launch state of :func:`_one_launch_kernel` for R requests: draw partials part_max / part_arg /
+    part_top / part_held [R, draw_splits] float32 / int32 / float32 / int32 (a span's best score, its index, its
+    largest processed value, the lanes holding that value), check partials pall / plow / pcnt [R, check_splits]
+    float32 / float32 / int32, barrier counters ``sync`` and exit counters ``exits`` [R] int32 (zero between
+    launches); ``programs``: P, the grid's second dimension."""
+
+    part_max: torch.Tensor
+    part_arg: torch.Tensor
+    part_top: torch.Tensor
+    part_held: torch.Tensor
+    pall: torch.Tensor
+    plow: torch.Tensor
+    pcnt: torch.Tensor
+    sync: torch.Tensor
+    exits: torch.Tensor
+    draw_block: int
+    draw_splits: int
+    check_span: int
+    check_splits: int
+    programs: int
+
+    @classmethod
+    def allocate(cls, num_requests: int, vocab: int, check_span: int, device, draw_block: int | None = None,
+                 programs: int | None = None) -> "OneLaunchScratch":
+        """``programs`` None: one program a draw span (P = draw splits), 1 under ``TRITON_INTERPRET=1``;
+        ``draw_block`` None: DRAW_BLOCK."""
+        r = max(num_requests, 1)
+        draw_block = draw_block or DRAW_BLOCK
+        draw_splits = max(1, triton.cdiv(vocab, draw_block))
+        check_splits = max(1, triton.cdiv(vocab, check_span))
+        if programs is None:
+            programs = 1 if interpreting() else draw_splits
+        f32 = dict(dtype=torch.float32, device=device)
+        i32 = dict(dtype=torch.int32, device=device)
+        return cls(part_max=torch.empty((r, draw_splits), **f32), part_arg=torch.empty((r, draw_splits), **i32),
+                   part_top=torch.empty((r, draw_splits), **f32), part_held=torch.empty((r, draw_splits), **i32),
+                   pall=torch.empty((r, check_splits), **f32),
+                   plow=torch.empty((r, check_splits), **f32), pcnt=torch.empty((r, check_splits), **i32),
+                   sync=torch.zeros(r, **i32), exits=torch.zeros(r, **i32), draw_block=draw_block,
+                   draw_splits=draw_splits, check_span=check_span, check_splits=check_splits,
+                   programs=max(1, min(programs, draw_splits)))
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts_init, counts, tokens) -> tuple:
+    return (logits, logits.stride(0), mode, row, params.temp_div, params.cut_val, params.cut_idx, params.check,
+            params.top_k, params.top_p, seed, positions, counts_init, counts, tokens, tokens.stride(0), s.part_max,
+            s.part_arg, s.part_top, s.part_held, s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1],
+            tokens.shape[1], s.draw_splits, s.check_splits)
+
+
+def _options(s: OneLaunchScratch) -> dict:
+    return dict(DRAW_BLOCK=s.draw_block, CHECK_SPAN=s.check_span, CHECK_BLOCK=min(s.check_span, CHECK_BLOCK),
+                CHUNK=REDUCE_CHUNK, ONE_SPAN=s.programs == s.draw_splits, num_warps=CHECK_WARPS,
+                maxnreg=ONE_LAUNCH_MAXNREG)
+
+
+def resident_programs(compiled, device) -> int:
+    """How many programs of ``compiled`` (a Triton compiled kernel) the device holds at once: per SM the fewest
+    that its registers, threads, shared memory (1 KiB reserved a block) and 32 blocks allow, times the SMs. The
+    registers as an H100 / H200 allocates them: four partitions of a quarter of the SM's registers, a warp
+    taking ``ceil(regs / 8) * 8 * 32`` of one (tools/kernel_resources.py); never more than the hardware holds."""
+    props = torch.cuda.get_device_properties(device)
+    compiled._init_handles()  # loads the module (once); sets n_regs
+    warps = compiled.metadata.num_warps
+    per_warp = triton.cdiv(max(compiled.n_regs, 1), 8) * 8 * 32
+    by_regs = 4 * (props.regs_per_multiprocessor // 4 // per_warp) // warps
+    by_threads = props.max_threads_per_multi_processor // (32 * warps)
+    by_smem = props.shared_memory_per_multiprocessor // (compiled.metadata.shared + 1024)
+    return props.multi_processor_count * min(by_regs, by_threads, by_smem, 32)
+
+
+def fits(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts_init, counts, tokens) -> bool:
+    """Whether every program of the launch is resident at once (always under the interpreter: P = 1)."""
+    if s.programs == 1:
+        return True
+    if interpreting() or logits.device.type != "cuda":
+        return False
+    grid = (mode.numel(), s.programs)
+    compiled = _one_launch_kernel.warmup(*_args(s, logits, mode, row, params, seed, positions, counts_init, counts,
+                                                tokens), grid=grid, **_options(s))
+    if hasattr(compiled, "result"):
+        compiled = compiled.result()
+    return mode.numel() * s.programs <= resident_programs(compiled, logits.device)
+
+
+def launch_one(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts_init, counts, tokens) -> None:
+    """The one launch: grid (R, P). ``mode`` / ``row`` [R] int32 (draw mode, logits row; output slot 0),
+    ``seed`` [R] int64, ``positions`` [N] int64, ``counts_init`` / ``counts`` [R] int32, ``tokens`` [R, W] int64."""
+    launch(_one_launch_kernel, (mode.numel(), s.programs),
+           *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens), **_options(s))
