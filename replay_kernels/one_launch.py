@@ -26,7 +26,9 @@ counter (a count of arrivals that only grows within a launch: barrier i waits fo
 Residency: a program waits for the others of its row, so all ``R x P`` programs must be resident at once, or
 the launch never ends. :func:`resident_programs` computes what the compiled kernel's registers, threads and
 shared memory allow on the device; :func:`fits` says whether ``R x P`` does (the plain sampler takes this
-kernel below ONE_LAUNCH_BELOW requests when it fits, the launch sequence otherwise). Under
+kernel below ONE_LAUNCH_BELOW requests when it fits, the launch sequence otherwise). The launch is cooperative
+(``launch_cooperative_grid``): a grid that cannot be resident anyway (a wrong count, SMs held by another
+process) is refused by the driver, never started to hang, and the plain sampler then runs the sequence. Under
 ``TRITON_INTERPRET=1`` the programs run one after the other, so a barrier of P > 1 programs would wait
 forever: there P = 1, one program a row that loops over every span (same spans, same partials, same tokens),
 and a barrier of one program passes at once.
@@ -276,7 +278,7 @@ def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, count
 def _options(s: OneLaunchScratch) -> dict:
     return dict(DRAW_BLOCK=s.draw_block, CHECK_SPAN=s.check_span, CHECK_BLOCK=min(s.check_span, CHECK_BLOCK),
                 CHUNK=REDUCE_CHUNK, ONE_SPAN=s.programs == s.draw_splits, num_warps=CHECK_WARPS,
-                maxnreg=ONE_LAUNCH_MAXNREG)
+                maxnreg=ONE_LAUNCH_MAXNREG, launch_cooperative_grid=True)
 
 
 def resident_programs(compiled, device) -> int:

@@ -161,9 +161,16 @@ class PlainSampler(LaunchSampler):
     def launch(self, state: PlainState) -> tuple[torch.Tensor, torch.Tensor]:
         """Device work only (graph-capturable): filter bounds (filtered rows only), then the impl's draw,
         which writes every token, count and -1 pad of the outputs; with sample-and-check rows, the
-        check passes, the (draw, check) rounds and the finish loop (a fixed launch sequence)."""
+        check passes, the (draw, check) rounds and the finish loop (a fixed launch sequence), or the one launch.
+        A one launch the driver refuses (its cooperative grid cannot be resident) falls back to the sequence."""
         if state.mode.numel():
-            run_recorded(state, lambda: self._launch_all(state))
+            try:
+                run_recorded(state, lambda: self._launch_all(state))
+            except RuntimeError as error:
+                if state.one is None or "cooperative" not in str(error).lower():
+                    raise
+                state.one, state.launches = None, None
+                run_recorded(state, lambda: self._launch_all(state))
         return state.tokens, state.counts
 
     def _wants_one_launch(self, params, num_requests: int) -> bool:

@@ -143,3 +143,18 @@ def test_gpu_falls_back_when_the_programs_would_not_all_be_resident(monkeypatch)
     tokens = impl.launch(state)[0].clone()
     assert len(state.launches) > 1  # the sequence: draw, check, rounds, finish
     assert torch.equal(tokens.cpu(), GumbelMaxSampler(one_launch=False).sample(step).tokens.cpu())
+
+
+@pytest.mark.gpu
+def test_gpu_a_launch_too_large_to_be_resident_is_refused_and_the_sequence_runs(monkeypatch):
+    """The launch is cooperative: programs that cannot all be resident (``fits`` wrong, or an SM limit it did not
+    see) make the driver refuse it, where a plain launch would wait at the first barrier forever; the sampler
+    then runs the launch sequence, with the same tokens."""
+    step = _plain(3, 248320, 8, top_k=False).to("cuda")  # 8 x 122 programs: more than an H200 holds at once
+    monkeypatch.setattr(one_launch, "fits", lambda *args: True)
+    impl = GumbelMaxSampler(one_launch=True)
+    state = impl.prepare(step)
+    assert state.one is not None
+    tokens = impl.launch(state)[0].clone()
+    assert state.one is None and len(state.launches) > 2
+    assert torch.equal(tokens.cpu(), GumbelMaxSampler(one_launch=False).sample(step).tokens.cpu())
