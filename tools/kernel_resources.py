@@ -15,6 +15,10 @@ with Triton) reads the registers a thread and the spill stack of the cubin. Per 
   an SM, at most 64 warps and 32 programs;
 * sass: instructions in the cubin (code size).
 
+A plain step below ``one_launch.ONE_LAUNCH_BELOW`` requests with top-k / top-p checks is recorded as the one
+launch (``replay_kernels/one_launch.py``), as on a GPU with room for all its programs; a line under the table
+says whether an H200 has that room (when it does not, the sampler runs the sequence: record it at a larger R).
+
 Use it before spending device time: a variant that spills, or that drops a launch below the programs an SM
 it had, shows up here in seconds (docs/KERNELS.md "Measuring a kernel change"). It reads Triton internals
 (the binder of ``triton.runtime.jit``), written against triton 3.6-3.9; figures from another version of
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 
+H200_SMS = 132  # streaming multiprocessors of an H200 (and an H100 SXM)
 SM_PARTITION_REGS = 16384  # registers of one of the four partitions of an H100/H200 SM
 MAX_WARPS, MAX_PROGRAMS = 64, 32  # resident warps and programs an SM
 
@@ -45,6 +50,7 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
 
     from replay_harness.bench.kernels.cases import Inputs
     from replay_harness.impls import get_impl
+    from replay_kernels import one_launch
 
     launches = []
 
@@ -57,12 +63,13 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
         step.logits = step.logits.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype]))
     impl = get_impl(impl_name)
     state = impl.prepare(step)
-    run = JITFunction.run
+    run, fits = JITFunction.run, one_launch.fits
     JITFunction.run = record
+    one_launch.fits = lambda *args: True  # as on a GPU with room for its programs (main checks the room)
     try:
         impl.launch(state)
     finally:
-        JITFunction.run = run
+        JITFunction.run, one_launch.fits = run, fits
     return launches
 
 
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
           "launches, compiled for sm_90")
     print("| # | kernel | grid | warps | maxnreg | regs | stack B | programs an SM | sass |")
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
-    seen = {}
+    seen, notes = {}, []
     for i, (fn, a, kw, grid) in enumerate(launches):
         try:
             kernel = compile_sm90(fn, a, kw)
@@ -145,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         maxnreg = kw.get("maxnreg") or "-"
         print(f"| {i} | `{fn.__name__}` | {tuple(grid)} | {warps} | {maxnreg} | {regs} | {stack} | "
               f"{programs_per_sm(regs, warps)} | {sass} |", flush=True)
+        if fn.__name__ == "_one_launch_kernel":  # its programs wait for each other: all must be resident
+            need, room = grid[0] * grid[1], H200_SMS * programs_per_sm(regs, warps)
+            notes.append(f"`_one_launch_kernel` needs its {need} programs resident at once; an H200 holds {room}"
+                         + ("" if need <= room else ": there the sampler runs the launch sequence instead"))
+    for note in notes:
+        print(note)
     return 0
 
 
