@@ -281,16 +281,21 @@ def _options(s: OneLaunchScratch) -> dict:
                 maxnreg=ONE_LAUNCH_MAXNREG, launch_cooperative_grid=True)
 
 
+def warps_by_registers(regs: int, sm_registers: int = 65536) -> int:
+    """Warps of ``regs`` registers a thread an SM's registers hold, as an H100 / H200 allocates them: four
+    partitions of a quarter of the SM's registers, a warp taking ``ceil(regs / 8) * 8 * 32`` of one (never more
+    than the hardware holds; tools/kernel_resources.py uses the same count)."""
+    return 4 * (sm_registers // 4 // (triton.cdiv(max(regs, 1), 8) * 8 * 32))
+
+
 def resident_programs(compiled, device) -> int:
     """How many programs of ``compiled`` (a Triton compiled kernel) the device holds at once: per SM the fewest
-    that its registers, threads, shared memory (1 KiB reserved a block) and 32 blocks allow, times the SMs. The
-    registers as an H100 / H200 allocates them: four partitions of a quarter of the SM's registers, a warp
-    taking ``ceil(regs / 8) * 8 * 32`` of one (tools/kernel_resources.py); never more than the hardware holds."""
+    that its registers (:func:`warps_by_registers`), threads, shared memory (1 KiB reserved a block) and 32
+    blocks allow, times the SMs."""
     props = torch.cuda.get_device_properties(device)
     compiled._init_handles()  # loads the module (once); sets n_regs
     warps = compiled.metadata.num_warps
-    per_warp = triton.cdiv(max(compiled.n_regs, 1), 8) * 8 * 32
-    by_regs = 4 * (props.regs_per_multiprocessor // 4 // per_warp) // warps
+    by_regs = warps_by_registers(compiled.n_regs, props.regs_per_multiprocessor) // warps
     by_threads = props.max_threads_per_multi_processor // (32 * warps)
     by_smem = props.shared_memory_per_multiprocessor // (compiled.metadata.shared + 1024)
     return props.multi_processor_count * min(by_regs, by_threads, by_smem, 32)

@@ -135,7 +135,7 @@ class PlainSampler(LaunchSampler):
         one = None
         if self._wants_one_launch(params, r_count):
             one = one_launch.OneLaunchScratch.allocate(r_count, step.vocab_size, self.filter_span, device,
-                                            **({"draw_block": self.block} if self.block else {}))
+                                                       draw_block=self.block)
         state = PlainState(
             logits=logits, params=params, check=check, round_draw=round_draw, one=one,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),

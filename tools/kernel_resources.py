@@ -39,7 +39,6 @@ import sys
 import tempfile
 
 H200_SMS = 132  # streaming multiprocessors of an H200 (and an H100 SXM)
-SM_PARTITION_REGS = 16384  # registers of one of the four partitions of an H100/H200 SM
 MAX_WARPS, MAX_PROGRAMS = 64, 32  # resident warps and programs an SM
 
 
@@ -109,9 +108,12 @@ def cubin_resources(cubin: bytes) -> tuple[int, int, int]:
 
 
 def programs_per_sm(regs: int, warps: int) -> int:
-    """Programs of ``warps`` warps an H100/H200 SM holds at ``regs`` registers a thread (registers only)."""
-    per_warp = -(-max(regs, 1) // 8) * 8 * 32
-    return min(MAX_PROGRAMS, min(MAX_WARPS, 4 * (SM_PARTITION_REGS // per_warp)) // warps)
+    """Programs of ``warps`` warps an H100/H200 SM holds at ``regs`` registers a thread (registers only; the
+    partition rule of ``replay_kernels.one_launch.warps_by_registers``, imported here, after main has taken
+    TRITON_INTERPRET out of the environment)."""
+    from replay_kernels.one_launch import warps_by_registers
+
+    return min(MAX_PROGRAMS, min(MAX_WARPS, warps_by_registers(regs)) // warps)
 
 
 def main(argv: list[str] | None = None) -> int:
