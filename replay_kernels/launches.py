@@ -67,3 +67,21 @@ def run_recorded(state: Any, build: Callable[[], None]) -> None:
         state.launches = calls
     for call in state.launches:
         call()
+
+
+def run_cooperative(state: Any, build: Callable[[], None], fields: tuple[str, ...]) -> None:
+    """:func:`run_recorded`; if the driver refuses a cooperative launch (its grid cannot be resident at once: a
+    ``RuntimeError`` naming it), the scratch ``state.<field>`` of every cooperative path is set to None, the
+    first check's open-row list emptied (``state.check.open_len``: the refused launch did not reset it) and the
+    sequence recorded again without them (the same tokens)."""
+    try:
+        run_recorded(state, build)
+    except RuntimeError as error:
+        if all(getattr(state, f) is None for f in fields) or "cooperative" not in str(error).lower():
+            raise
+        for f in fields:
+            setattr(state, f, None)
+        if getattr(state, "check", None) is not None:
+            state.check.open_len.zero_()
+        state.launches = None
+        run_recorded(state, build)

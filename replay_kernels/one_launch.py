@@ -38,14 +38,16 @@ Bytes (R = 1, fp32): the row read once from DRAM by the draw (V x 4 B), each che
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
-from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
+from .draw import MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET
 from .launches import launch
 from .bound_rules import keep_mask
 from .params import process_loaded
@@ -57,6 +59,15 @@ ONE_LAUNCH_BELOW = 4  # requests; at R = 4 its 488 programs do not fit an H200 (
 DRAW_BLOCK = 2048     # lanes of a draw span: one tile a program, like the plain draw below 8 rows (draw.DRAW_SHAPES)
 REDUCE_CHUNK = 128    # partials reduced per step
 ONE_LAUNCH_MAXNREG = 168  # 3 programs an SM; compiles to 159 unspilled (uncapped: 210, 2 an SM; triton 3.6, sm_90)
+OPEN_ROW_SLOTS = 16  # slots allocated for the open-row launch, at most (it launches as many as are resident)
+# The open-row launch's shape by how many requests the first check is expected to leave open (the sum of the
+# checked requests' miss bounds, RowParams.check_miss): (most expected, programs a row, register cap). Each
+# shape's limit is the slots an H200 holds at once (122 programs at 168 registers: 3 a SM, 3 slots; 61 at 128:
+# 4 a SM, 8 slots; tools/kernel_resources.py); more expected than the last: the launched rounds. Measured (H200,
+# CUDA graphs, docs/BENCHMARKS.md twenty-third session; SYNTHETIC top-p 0.9, 5 steps): R = 8 (0.8 expected)
+# 42.7 -> 36.6 µs with 122 programs (61: 47.8); R = 64 (6.4) 92.3 -> 86.1 with 61 (122: 94.2); R = 256 (25.6)
+# 232.7 -> 249.1 with 61: the rounds.
+OPEN_ROW_SHAPES = ((3.0, 122, 168), (8.0, 61, 128))
 
 
 @triton.jit
@@ -75,10 +86,11 @@ def _row_barrier(sync_ptr, r, target):
 
 
 @triton.jit
-def _span_scores(base, lo, V, mode, t, L, ci, key, BLOCK: tl.constexpr):
+def _span_scores(base, lo, V, mode, t, L, ci, key, skip, BLOCK: tl.constexpr):
     """(processed values, scores) of lanes ``[lo, lo + BLOCK)`` of one row, float32 ``[BLOCK]``: GREEDY the raw
-    values (NaN as -inf), which are their own scores; TARGET the values under the prepared bound ``(L, ci)``
-    and their Gumbel-max scores (a span with nothing kept pays no hash: all -inf)."""
+    values (NaN as -inf), which are their own scores; TARGET (or RESIDUAL) the values under the bound
+    ``(L, ci)``, lane ``skip`` left out (a one-hot residual's rejected draft; -1: none), and their Gumbel-max
+    scores (a span with nothing kept pays no hash: all -inf)."""
     offs = lo + tl.arange(0, BLOCK)
     valid = offs < V
     raw = tl.load(base + offs, mask=valid, other=float("-inf"))
@@ -88,6 +100,8 @@ def _span_scores(base, lo, V, mode, t, L, ci, key, BLOCK: tl.constexpr):
         score = x
     else:
         x = process_loaded(raw, offs, t, L, ci)
+        if skip >= 0:
+            x = tl.where(offs == skip, float("-inf"), x)
         score = tl.full((BLOCK,), float("-inf"), tl.float32)
         if tl.max(x, axis=0) > float("-inf"):
             score = noised_score(x, murmur3_finish(key, offs), valid)
@@ -134,6 +148,63 @@ def _held_once(top_ptr, held_ptr, base, NB, M, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def _settle(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, first, q, P, b, arrivals, sync_ptr,
+            part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr, DRAW_SPLITS,
+            CHECK_SPLITS, DRAW_BLOCK: tl.constexpr, CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+            CHUNK: tl.constexpr, ONE_SPAN: tl.constexpr):
+    """Steps 1-3 of the module docstring for one row, by program ``q`` of its ``P``, until its token is kept:
+    returns (token, arrivals). ``L``: the prepared bound's value (min-p only on a check row: the sums keep
+    x >= L); ``(cv0, ci0)``: the row's bound on entry (the prepared one, or after a miss ``(x_c, c + 1)``);
+    ``first`` 1: the first round also reduces the row's largest value ``M`` (else ``M`` is given); ``b``: the
+    barrier counter and the partials' slot (``b x DRAW_SPLITS`` / ``b x CHECK_SPLITS``); ``arrivals``: the
+    count the next barrier waits for."""
+    if ONE_SPAN:
+        x1, score1 = _span_scores(base, q * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, DRAW_BLOCK)
+    cv = cv0
+    ci = ci0
+    token = tl.zeros((), tl.int32)
+    done = tl.zeros((), tl.int32)
+    while done == 0:
+        if ONE_SPAN:
+            _store_span(x1, score1, q, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
+                        b * DRAW_SPLITS, first, DRAW_BLOCK)
+        else:
+            for s in range(q, DRAW_SPLITS, P):
+                x, score = _span_scores(base, s * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, DRAW_BLOCK)
+                _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
+                            b * DRAW_SPLITS, first, DRAW_BLOCK)
+        _row_barrier(sync_ptr, b, arrivals)
+        arrivals += P
+        _, token = block_argmax(part_max_ptr, part_arg_ptr, b * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
+        done = 1
+        if checked:
+            xc = _candidate(base, token, t)
+            done = 0
+            if first != 0:  # the row's largest processed value under the prepared bound; a first draw that
+                # is its only lane is kept by any top-p and any top-k > 0 (the first check kernel's rule)
+                M = block_max(part_top_ptr, b * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
+                first = 0
+                if (xc == M) & (kk > 0):
+                    done = _held_once(part_top_ptr, part_held_ptr, b * DRAW_SPLITS, DRAW_SPLITS, M,
+                                      CHUNK).to(tl.int32)
+            if done == 0:
+                for s in range(q, CHECK_SPLITS, P):
+                    s_all, s_low, cnt = _span_check(base, s * CHECK_SPAN,
+                                                    tl.minimum(s * CHECK_SPAN + CHECK_SPAN, V), V, t, L, xc,
+                                                    token, kk, p, M, CHECK_BLOCK)
+                    tl.store(pall_ptr + b * CHECK_SPLITS + s, s_all)
+                    tl.store(plow_ptr + b * CHECK_SPLITS + s, s_low)
+                    tl.store(pcnt_ptr + b * CHECK_SPLITS + s, cnt)
+                _row_barrier(sync_ptr, b, arrivals)
+                arrivals += P
+                done = _verdict(pall_ptr, plow_ptr, pcnt_ptr, b * CHECK_SPLITS, CHECK_SPLITS, xc, kk,
+                                p).to(tl.int32)
+                cv = xc
+                ci = token + 1
+    return token, arrivals
+
+
+@triton.jit
 def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_val_ptr, cut_idx_ptr, check_ptr,
                        topk_ptr, topp_ptr, seed_ptr, pos_ptr, count_src_ptr, counts_ptr, tokens_ptr, tok_stride,
                        part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
@@ -150,59 +221,15 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
     token = tl.zeros((), tl.int32)
     if mode != MODE_NONE:
         row = tl.load(row_ptr + r)
-        base = logits_ptr + row.to(tl.int64) * l_stride
-        t = tl.load(temp_ptr + row)
-        L = tl.load(cut_val_ptr + row)  # the prepared bound: min-p only on a check row (sums keep x >= L)
-        ci0 = tl.load(cut_idx_ptr + row)
-        cv = L
-        ci = ci0
-        key = murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
-        kk = tl.load(topk_ptr + row)
-        p = tl.load(topp_ptr + row)
         checked = (mode == MODE_TARGET) & (tl.load(check_ptr + row) != 0)
-        if ONE_SPAN:
-            x1, score1 = _span_scores(base, q * DRAW_BLOCK, V, mode, t, L, ci0, key, DRAW_BLOCK)
-        M = tl.full((), float("-inf"), tl.float32)
-        first = tl.full((), 1, tl.int32)
-        arrivals = P  # the count barrier i waits for: i x P
-        done = tl.zeros((), tl.int32)
-        while done == 0:
-            if ONE_SPAN:
-                _store_span(x1, score1, q, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
-                            r * DRAW_SPLITS, first, DRAW_BLOCK)
-            else:
-                for s in range(q, DRAW_SPLITS, P):
-                    x, score = _span_scores(base, s * DRAW_BLOCK, V, mode, t, L, ci0, key, DRAW_BLOCK)
-                    _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
-                                r * DRAW_SPLITS, first, DRAW_BLOCK)
-            _row_barrier(sync_ptr, r, arrivals)
-            arrivals += P
-            _, token = block_argmax(part_max_ptr, part_arg_ptr, r * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
-            done = 1
-            if checked:
-                xc = _candidate(base, token, t)
-                done = 0
-                if first != 0:  # the row's largest processed value under the prepared bound; a first draw that
-                    # is its only lane is kept by any top-p and any top-k > 0 (the first check kernel's rule)
-                    M = block_max(part_top_ptr, r * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
-                    first = 0
-                    if (xc == M) & (kk > 0):
-                        done = _held_once(part_top_ptr, part_held_ptr, r * DRAW_SPLITS, DRAW_SPLITS, M,
-                                          CHUNK).to(tl.int32)
-                if done == 0:
-                    for s in range(q, CHECK_SPLITS, P):
-                        s_all, s_low, cnt = _span_check(base, s * CHECK_SPAN,
-                                                        tl.minimum(s * CHECK_SPAN + CHECK_SPAN, V), V, t, L, xc,
-                                                        token, kk, p, M, CHECK_BLOCK)
-                        tl.store(pall_ptr + r * CHECK_SPLITS + s, s_all)
-                        tl.store(plow_ptr + r * CHECK_SPLITS + s, s_low)
-                        tl.store(pcnt_ptr + r * CHECK_SPLITS + s, cnt)
-                    _row_barrier(sync_ptr, r, arrivals)
-                    arrivals += P
-                    done = _verdict(pall_ptr, plow_ptr, pcnt_ptr, r * CHECK_SPLITS, CHECK_SPLITS, xc, kk,
-                                    p).to(tl.int32)
-                    cv = xc
-                    ci = token + 1
+        L = tl.load(cut_val_ptr + row)  # the prepared bound: min-p only on a check row (sums keep x >= L)
+        token, _ = _settle(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row), L, L,
+                           tl.load(cut_idx_ptr + row),
+                           murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)),
+                           tl.full((), -1, tl.int32), tl.load(topk_ptr + row), tl.load(topp_ptr + row), checked,
+                           tl.full((), float("-inf"), tl.float32), tl.full((), 1, tl.int32), q, P, r, P, sync_ptr,
+                           part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
+                           DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK, ONE_SPAN)
         if last_to_arrive(exits_ptr, r, P):
             tl.store(sync_ptr + r, 0)  # every program of the row has left its last barrier
     if q == 0:
@@ -212,6 +239,48 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
         for j in range(count, W):
             tl.store(tokens_ptr + r * tok_stride + j, -1)
         tl.store(counts_ptr + r, count)
+
+
+@triton.jit
+def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, temp_ptr, lbound_ptr,
+                      cut_val_ptr, cut_idx_ptr, topk_ptr, topp_ptr, seed_ptr, pos_ptr, top_ptr, tokens_ptr,
+                      tok_stride, list_ptr, len_ptr, part_max_ptr, part_arg_ptr, pall_ptr, plow_ptr, pcnt_ptr,
+                      sync_ptr, exits_ptr, V, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr,
+                      CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                      ONE_SPAN: tl.constexpr):
+    """Grid (S, P): the requests a first check left open (``list[:len]``, sample_check's list 0), settled in
+    one launch. Slot s takes entries ``s, s + S, ...`` one after the other, its P programs drawing and checking
+    each (:func:`_settle`) from the bound the check left (``cut_val / cut_idx``, ``(x_c, c + 1)``) and the row's
+    largest value ``top[r]``; a RESIDUAL request leaves its rejected draft ``dtok[r]`` out, as the finish loop
+    does. Program 0 of the slot writes the token to ``tokens[r, slot[r]]`` and sets ``mode[r]`` to NONE. The
+    last program of a slot resets its barrier counter, and the last of all the list's length (``exits[S]``)."""
+    s = tl.program_id(0)
+    q = tl.program_id(1)
+    S = tl.num_programs(0)
+    P = tl.num_programs(1)
+    arrivals = P
+    for j in range(s, tl.load(len_ptr), S):
+        r = tl.load(list_ptr + j)
+        mode = tl.load(mode_ptr + r)
+        row = tl.load(row_ptr + r)
+        skip = tl.full((), -1, tl.int32)
+        if mode == MODE_RESIDUAL:
+            skip = tl.load(dtok_ptr + r)
+        token, arrivals = _settle(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row),
+                                  tl.load(lbound_ptr + row), tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row),
+                                  murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)), skip,
+                                  tl.load(topk_ptr + row), tl.load(topp_ptr + row), mode != MODE_NONE,
+                                  tl.load(top_ptr + r), tl.zeros((), tl.int32), q, P, s, arrivals, sync_ptr,
+                                  part_max_ptr, part_arg_ptr, part_max_ptr, part_arg_ptr, pall_ptr, plow_ptr,
+                                  pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK,
+                                  ONE_SPAN)
+        if q == 0:
+            tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
+            tl.store(mode_ptr + r, MODE_NONE)
+    if last_to_arrive(exits_ptr, s, P):
+        tl.store(sync_ptr + s, 0)
+    if last_to_arrive(exits_ptr, S, S * P):
+        tl.store(len_ptr, 0)
 
 
 # ---------------------------------------------------------------------------
@@ -224,8 +293,10 @@ class OneLaunchScratch:
     """Per-launch state of :func:`_one_launch_kernel` for R requests: draw partials part_max / part_arg /
     part_top / part_held [R, draw_splits] float32 / int32 / float32 / int32 (a span's best score, its index, its
     largest processed value, the lanes holding that value), check partials pall / plow / pcnt [R, check_splits]
-    float32 / float32 / int32, barrier counters ``sync`` and exit counters ``exits`` [R] int32 (zero between
-    launches); ``programs``: P, the grid's second dimension."""
+    float32 / float32 / int32, barrier counters ``sync`` [R] and exit counters ``exits`` [R + 1] int32 (zero
+    between launches; the last counts every program of the open-row launch); ``programs``: P, the grid's second
+    dimension; ``maxnreg``: the kernel's register cap. The open-row launch uses it with R = its slots
+    (:func:`allocate_open_rows`)."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor
@@ -241,6 +312,7 @@ class OneLaunchScratch:
     check_span: int
     check_splits: int
     programs: int
+    maxnreg: int = ONE_LAUNCH_MAXNREG
 
     @classmethod
     def allocate(cls, num_requests: int, vocab: int, check_span: int, device, draw_block: int | None = None,
@@ -259,9 +331,33 @@ class OneLaunchScratch:
                    part_top=torch.empty((r, draw_splits), **f32), part_held=torch.empty((r, draw_splits), **i32),
                    pall=torch.empty((r, check_splits), **f32),
                    plow=torch.empty((r, check_splits), **f32), pcnt=torch.empty((r, check_splits), **i32),
-                   sync=torch.zeros(r, **i32), exits=torch.zeros(r, **i32), draw_block=draw_block,
+                   sync=torch.zeros(r, **i32), exits=torch.zeros(r + 1, **i32), draw_block=draw_block,
                    draw_splits=draw_splits, check_span=check_span, check_splits=check_splits,
                    programs=max(1, min(programs, draw_splits)))
+
+
+def open_row_shape(miss: Sequence[float], force: bool = False) -> tuple | None:
+    """(programs a row, register cap) of the open-row launch for checked requests of miss bounds ``miss``
+    (OPEN_ROW_SHAPES by their sum), or None: the launched rounds (``force``: the last shape instead)."""
+    expected = math.fsum(miss)
+    for limit, programs, maxnreg in OPEN_ROW_SHAPES:
+        if expected <= limit:
+            return programs, maxnreg
+    return OPEN_ROW_SHAPES[-1][1:] if force else None
+
+
+def allocate_open_rows(num_requests: int, vocab: int, check_span: int, device, miss: Sequence[float],
+                       force: bool = False) -> OneLaunchScratch | None:
+    """Scratch of :func:`open_rows_launch` for a step of ``num_requests`` requests whose checked requests miss
+    their set with chances at most ``miss``: up to OPEN_ROW_SLOTS slots of the programs :func:`open_row_shape`
+    gives (one program a slot under ``TRITON_INTERPRET=1``), or None (the launched rounds)."""
+    shape = open_row_shape(miss, force)
+    if shape is None:
+        return None
+    s = OneLaunchScratch.allocate(min(max(num_requests, 1), OPEN_ROW_SLOTS), vocab, check_span, device,
+                                  programs=1 if interpreting() else shape[0])
+    s.maxnreg = shape[1]
+    return s
 
 
 def interpreting() -> bool:
@@ -278,7 +374,7 @@ def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, count
 def _options(s: OneLaunchScratch) -> dict:
     return dict(DRAW_BLOCK=s.draw_block, CHECK_SPAN=s.check_span, CHECK_BLOCK=min(s.check_span, CHECK_BLOCK),
                 CHUNK=REDUCE_CHUNK, ONE_SPAN=s.programs == s.draw_splits, num_warps=CHECK_WARPS,
-                maxnreg=ONE_LAUNCH_MAXNREG, launch_cooperative_grid=True)
+                maxnreg=s.maxnreg, launch_cooperative_grid=True)
 
 
 def warps_by_registers(regs: int, sm_registers: int = 65536) -> int:
@@ -320,3 +416,36 @@ def launch_one(s: OneLaunchScratch, logits, mode, row, params, seed, positions, 
     ``seed`` [R] int64, ``positions`` [N] int64, ``counts_init`` / ``counts`` [R] int32, ``tokens`` [R, W] int64."""
     launch(_one_launch_kernel, (mode.numel(), s.programs),
            *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens), **_options(s))
+
+
+def open_rows_launch(s: OneLaunchScratch, cs, logits, row, slot, dtok, params, seed, positions, top, tokens):
+    """A callable that launches :func:`_open_rows_kernel` over the requests sample-and-check's first check left
+    open (``cs``: its CheckScratch; the check appends them to list 0), or None when not one slot of P programs
+    is resident at once (then the launched rounds run). ``row`` / ``slot`` / ``dtok`` [R] int32: each request's
+    draw row, token slot and rejected draft; ``top`` [>= R] float32: each row's largest processed value (the
+    first draw's); ``tokens`` [R, W] int64. The grid is (S, P) with S the most slots, up to the allocated ones,
+    whose programs are all resident (cooperative: a grid the driver cannot hold at once is refused, not hung)."""
+    args = (logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, cs.cut_val,
+            cs.cut_idx, params.top_k, params.top_p, seed, positions, top, tokens, tokens.stride(0), cs.open_rows[0],
+            cs.open_len[0:1], s.part_max, s.part_arg, s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1],
+            s.draw_splits, s.check_splits)
+    options = _options(s)
+    slots = open_row_slots(s, args, options, logits.device)
+    if slots == 0:
+        return None
+    return lambda: launch(_open_rows_kernel, (slots, s.programs), *args, **options)
+
+
+def open_row_slots(s: OneLaunchScratch, args: tuple, options: dict, device) -> int:
+    """The open-row launch's slots: the allocated ones (``s.sync``), fewer when the device cannot hold that many
+    slots of ``s.programs`` programs at once (:func:`resident_programs` of the compiled kernel); 0 when not one
+    slot fits, or off a CUDA device (one program a slot always fits: the interpreter)."""
+    slots = s.sync.numel()
+    if s.programs == 1:
+        return slots
+    if interpreting() or device.type != "cuda":
+        return 0
+    compiled = _open_rows_kernel.warmup(*args, grid=(slots, s.programs), **options)
+    if hasattr(compiled, "result"):
+        compiled = compiled.result()
+    return min(slots, resident_programs(compiled, device) // s.programs)

@@ -27,7 +27,7 @@ from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
 from .candidate_draw import CandidateDraw
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
-from .launches import run_recorded
+from .launches import run_cooperative
 from . import one_launch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
@@ -52,6 +52,8 @@ class PlainState:
     its later draws (``sample_check.round_draw_scratch``: few rows are still open); one: the scratch of the
     same in one launch (:mod:`replay_kernels.one_launch`; None when the step does not qualify), used when its
     programs fit on the device at once (decided when the launches are recorded), else the sequence above;
+    open: the scratch of the open-row launch that settles what the first check leaves open
+    (``one_launch.open_rows_launch``; None: the launched rounds and the finish loop);
     notes: list[str]; launches: the launch sequence, recorded on the first launch
     (:mod:`replay_kernels.launches`); dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
     """
@@ -74,6 +76,7 @@ class PlainState:
     check: CheckScratch | None = None
     round_draw: DrawScratch | None = None
     one: one_launch.OneLaunchScratch | None = None
+    open: one_launch.OneLaunchScratch | None = None
     notes: list[str] = field(default_factory=list)
     launches: list | None = None
 
@@ -89,6 +92,9 @@ class PlainSampler(LaunchSampler):
     ``one_launch`` (with ``sample_check``; steps without gathered rows): the draw, checks and redraws in one
     launch (:mod:`replay_kernels.one_launch`): None below ONE_LAUNCH_BELOW requests and not under the
     interpreter, True whenever its programs fit (one a row under the interpreter), False never. Same tokens.
+    ``open_rows`` (with ``sample_check``): the rows the first check leaves open are settled by one
+    cooperative launch (``one_launch.open_rows_launch``) instead of the launched rounds and the finish loop:
+    None when few are expected to be (``one_launch.OPEN_ROW_SHAPES``), True always, False never. Same tokens.
     """
 
     rng_contract = "mrv2"
@@ -96,11 +102,12 @@ class PlainSampler(LaunchSampler):
     draw_candidates = False
 
     def __init__(self, block: int | None = None, programs: int | None = None, filter_span: int = FILTER_SPAN,
-                 one_launch: bool | None = None):
+                 one_launch: bool | None = None, open_rows: bool | None = None):
         self.block = block
         self.programs = programs
         self.filter_span = filter_span
         self.one_launch = one_launch
+        self.open_rows = open_rows
 
     def prepare(self, step: Step) -> PlainState:
         """Host work: row parameters, draw plan and preallocated outputs (k > 0 requests refused)."""
@@ -127,17 +134,20 @@ class PlainSampler(LaunchSampler):
         i32 = dict(dtype=torch.int32, device=device)
         params = prepare_params(step, device, self.filter_span, check=self.sample_check,
                                 gather_top_k=r_count >= CHECK_TOP_K_BELOW)
-        check = round_draw = None
+        check = round_draw = open_rows = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,
                                           params.check_miss)
             round_draw = round_draw_scratch(r_count, step.vocab_size, self.block, device, self.programs)
+            if self.open_rows is not False:
+                open_rows = one_launch.allocate_open_rows(r_count, step.vocab_size, self.filter_span, device,
+                                                          params.check_miss, force=bool(self.open_rows))
         one = None
         if self._wants_one_launch(params, r_count):
             one = one_launch.OneLaunchScratch.allocate(r_count, step.vocab_size, self.filter_span, device,
                                                        draw_block=self.block)
         state = PlainState(
-            logits=logits, params=params, check=check, round_draw=round_draw, one=one,
+            logits=logits, params=params, check=check, round_draw=round_draw, one=one, open=open_rows,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),
             slot=torch.zeros(r_count, **i32), seed=step.seed.to(device=device, dtype=torch.int64),
             positions=step.positions.to(device=device, dtype=torch.int64),
@@ -162,15 +172,9 @@ class PlainSampler(LaunchSampler):
         """Device work only (graph-capturable): filter bounds (filtered rows only), then the impl's draw,
         which writes every token, count and -1 pad of the outputs; with sample-and-check rows, the
         check passes, the (draw, check) rounds and the finish loop (a fixed launch sequence), or the one launch.
-        A one launch the driver refuses (its cooperative grid cannot be resident) falls back to the sequence."""
+        A cooperative launch the driver refuses (its grid cannot be resident) falls back to the sequence."""
         if state.mode.numel():
-            try:
-                run_recorded(state, lambda: self._launch_all(state))
-            except RuntimeError as error:
-                if state.one is None or "cooperative" not in str(error).lower():
-                    raise
-                state.one, state.launches = None, None
-                run_recorded(state, lambda: self._launch_all(state))
+            run_cooperative(state, lambda: self._launch_all(state), ("one", "open"))
         return state.tokens, state.counts
 
     def _wants_one_launch(self, params, num_requests: int) -> bool:
@@ -193,8 +197,11 @@ class PlainSampler(LaunchSampler):
             def draw_open(mode, cut_val, cut_idx, rows):
                 self._draw(state, mode, cut_val, cut_idx, state.round_draw, rows)
 
+            settle = None if state.open is None else one_launch.open_rows_launch(
+                state.open, state.check, state.logits, state.row, state.slot, state.dummy_i32, p, state.seed,
+                state.positions, state.draw.top, state.tokens)
             launch_rounds(state.check, draw_open, state.logits, state.mode, state.row, state.slot, p,
-                          state.tokens, state.draw.top, state.dummy_i32, state.seed, state.positions)
+                          state.tokens, state.draw.top, state.dummy_i32, state.seed, state.positions, settle=settle)
 
     def _draw(self, state: PlainState, mode: torch.Tensor, cut_val: torch.Tensor, cut_idx: torch.Tensor,
               scratch: DrawScratch, rows: tuple | None = None) -> None:

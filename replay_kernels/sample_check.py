@@ -389,10 +389,16 @@ def round_draw_scratch(num_rows: int, vocab: int, block: int | None, device, pro
 
 def launch_rounds(cs: CheckScratch, draw_open, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor,
                   slot: torch.Tensor, params, tokens: torch.Tensor, top: torch.Tensor, dtok: torch.Tensor,
-                  seed: torch.Tensor, positions: torch.Tensor, cut: tuple | None = None) -> None:
+                  seed: torch.Tensor, positions: torch.Tensor, cut: tuple | None = None, settle=None) -> None:
     """Everything after the first draw, a fixed launch sequence: its check, ``cs.rounds`` (draw, check) pairs
     over the rows still open, then the finish loop. ``draw_open(mode, cut_val, cut_idx, rows)`` launches
-    the impl's draw over the list ``rows`` = (open_rows [R] int32, open_len [1] int32)."""
+    the impl's draw over the list ``rows`` = (open_rows [R] int32, open_len [1] int32). ``settle``: a callable
+    that launches the open-row kernel (``one_launch.open_rows_launch``): then the check lists every row it
+    leaves open and that one launch settles them all (no rounds, no finish loop; the same tokens)."""
+    if settle is not None:
+        launch_check(cs, logits, mode, row, slot, params, tokens, top, 0, cut, append=True)
+        settle()
+        return
     launch_check(cs, logits, mode, row, slot, params, tokens, top, 0, cut)
     for i in range(1, cs.rounds + 1):
         draw_open(cs.mode, cs.cut_val, cs.cut_idx, (cs.open_rows[i - 1], cs.open_len[i - 1:i]))
@@ -401,16 +407,17 @@ def launch_rounds(cs: CheckScratch, draw_open, logits: torch.Tensor, mode: torch
 
 
 def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, slot: torch.Tensor,
-                 params, tokens: torch.Tensor, top: torch.Tensor, check_round: int, cut: tuple | None = None) -> None:
+                 params, tokens: torch.Tensor, top: torch.Tensor, check_round: int, cut: tuple | None = None,
+                 append: bool | None = None) -> None:
     """Check ``check_round`` (0: the first, over every request, reading the plan ``mode`` and the bounds
     ``cut``, default ``params.cut_*``; i > 0: the rows open after check i - 1); ``row`` / ``slot`` [R] int32:
     each request's draw row and token slot; ``top`` [2, R] float32: each row's largest processed value and
     whether one lane holds it (``DrawScratch.top`` of the first draw). Rows left open join list ``check_round``
-    unless it is the last."""
+    unless it is the last (``append``: whether they do, default that rule)."""
     first = check_round == 0
     mode_in = mode if first else cs.mode
     cut_val_in, cut_idx_in = (cut or (params.cut_val, params.cut_idx)) if first else (cs.cut_val, cs.cut_idx)
-    append = check_round < cs.rounds
+    append = check_round < cs.rounds if append is None else append
     j_in, j_out = max(check_round - 1, 0), check_round if append else 0
     j_done = check_round - 2 if check_round >= 2 else cs.open_len.numel() - 1  # a spare length: nothing to reset
     grid = (mode.numel(), cs.splits) if first else (cs.row_slots, cs.splits)

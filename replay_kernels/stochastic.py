@@ -62,7 +62,8 @@ from replay_harness.recording.step import ROUTE_CODE, Step
 from .draw import MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
 from .partials import block_argmax, last_to_arrive
 from .filters import FILTER_SPAN
-from .launches import launch, run_recorded
+from .launches import launch, run_cooperative
+from . import one_launch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
@@ -249,6 +250,8 @@ class VerifyState:
     positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
     fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
     round_draw: sample-and-check of those rows' draws (its scratch, and its later draws split finer);
+    open: the scratch of the open-row launch that settles the rows its first check leaves open
+    (``one_launch.open_rows_launch``; None: the launched rounds and the finish loop);
     launches: the launch sequence, recorded on the first launch (:mod:`replay_kernels.launches`).
     """
 
@@ -288,11 +291,16 @@ class VerifyState:
     fallback: Fallback | None
     check: CheckScratch | None
     round_draw: DrawScratch | None
+    open: one_launch.OneLaunchScratch | None = None
     launches: list | None = None
 
 
 class StochasticSampler(LaunchSampler):
-    """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton."""
+    """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton.
+
+    ``open_rows``: as for the plain samplers (:class:`replay_kernels.plain.PlainSampler`): None, the open-row
+    launch when few rows are expected open, every checked request counted (a residual draw misses its top-p
+    set with a chance that 1 - p does not bound); True always; False never."""
 
     name = "stochastic"
     description = ("MRV2 speculative verify in Triton: greedy + stochastic accept per request, residual "
@@ -302,7 +310,8 @@ class StochasticSampler(LaunchSampler):
 
     def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int | None = None,
                  filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS,
-                 fused_below: int | None = None):
+                 fused_below: int | None = None, open_rows: bool | None = None):
+        self.open_rows = open_rows
         self.stats_block = stats_block
         self.fused_below = FUSED_BELOW if fused_below is None else fused_below  # read here: tools/ab_kernels.py --set
         self.position_warps = position_warps
@@ -339,7 +348,7 @@ class StochasticSampler(LaunchSampler):
         rs = max(r, 1)
         params = prepare_params(step, device, self.filter_span, check=draft is None, check_top_k=False)
         fallback = None
-        check = round_draw = None
+        check = round_draw = open_rows = None
         if params.any_check:
             rows = host.row_to_request()
             any_min_p = bool(((host.min_p[rows] != 0) & (params.check.cpu() != 0)).any())
@@ -347,6 +356,9 @@ class StochasticSampler(LaunchSampler):
             # every round launched: a residual draw misses the set more often than 1 - p (launched_rounds)
             check = CheckScratch.allocate(r, n, v, device, self.filter_span)
             round_draw = round_draw_scratch(r, v, self.draw_block, device, self.programs)
+            if self.open_rows is not False:  # a residual draw's miss is not bounded by 1 - p: 1.0 a request
+                open_rows = one_launch.allocate_open_rows(r, v, self.filter_span, device,
+                                                          (1.0,) * len(params.check_miss), force=bool(self.open_rows))
         fused = r < self.fused_below
         slots = nbs * max(1, host.max_drafts) if fused else nbs  # span stats per request
         bounded_stats = (rs, slots) if params.any_check else (1, 1)
@@ -366,7 +378,7 @@ class StochasticSampler(LaunchSampler):
             rdrow=torch.zeros(rs, **i32), rdtok=torch.zeros(rs, **i32), lse_t=torch.zeros(rs, **f32),
             lse_q=torch.zeros(rs, **f32),
             draw=DrawScratch.allocate(r, v, self.draw_block, device, self.programs, track_top=params.any_check),
-            check=check, round_draw=round_draw,
+            check=check, round_draw=round_draw, open=open_rows,
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r, **i32), routes=routes,
             num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback)
@@ -378,7 +390,7 @@ class StochasticSampler(LaunchSampler):
         state's preallocated buffers, overwritten by each launch.
         """
         if s.tokens.shape[0]:
-            run_recorded(s, lambda: self._launch_all(s))
+            run_cooperative(s, lambda: self._launch_all(s), ("open",))
         return s.tokens, s.counts
 
     def _launch_all(self, s: VerifyState) -> None:
@@ -399,8 +411,10 @@ class StochasticSampler(LaunchSampler):
             def draw_open(mode, cut_val, cut_idx, rows):
                 self._draw(s, draft, d_stride, mode, cut_val, cut_idx, s.round_draw, rows)
 
+            settle = None if s.open is None else one_launch.open_rows_launch(
+                s.open, s.check, s.logits, s.rrow, s.slot, s.rdtok, p, s.seed, s.positions, s.draw.top, s.tokens)
             launch_rounds(s.check, draw_open, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, s.draw.top, s.rdtok,
-                          s.seed, s.positions, cut=cut)
+                          s.seed, s.positions, cut=cut, settle=settle)
 
     def _draw(self, s: VerifyState, draft, d_stride: int, mode, cut_val, cut_idx, d: DrawScratch,
               rows: tuple | None = None) -> None:

@@ -158,3 +158,130 @@ def test_gpu_a_launch_too_large_to_be_resident_is_refused_and_the_sequence_runs(
     tokens = impl.launch(state)[0].clone()
     assert state.one is None and len(state.launches) > 2
     assert torch.equal(tokens.cpu(), GumbelMaxSampler(one_launch=False).sample(step).tokens.cpu())
+
+
+# ---------------------------------------------------------------------------
+# The open-row launch: what the first check leaves open, settled in one cooperative launch
+# ---------------------------------------------------------------------------
+
+
+def _no_rounds(*args, **kwargs):
+    raise AssertionError("the finish loop ran: the open-row launch should have settled every row")
+
+
+def _verify_low_top_p_step(seed: int, vocab: int, requests: int):
+    """SYNTHETIC verify step, one-hot drafts, every request at temperature 1 and top-p 0.6 on flat rows where
+    each draft holds about half the row's mass: a draft is rejected about one time in six, and the residual
+    draw (the target without it) then usually misses the top-p set, so the open-row launch redraws over the
+    values above the miss, where the rejected draft would win about half the time were it not left out."""
+    step = synthetic_step(seed, vocab, requests, 3, greedy_frac=0.0, filters=False)
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(step.logits.shape, generator=g) * 0.5
+    rows = torch.nonzero(step.draft_token_ids >= 0).flatten()
+    logits[rows, step.draft_token_ids[rows].long()] = float(torch.log(torch.exp(logits[0]).sum()))
+    step.logits = logits.to(step.logits.dtype)
+    step.temperature = torch.ones(requests)
+    step.top_p = torch.full((requests,), 0.6)
+    return step
+
+
+def _assert_open_rows_as_rounds(step, impl_cls, monkeypatch, device: str = "cpu", **shape):
+    """``impl_cls(open_rows=True)`` settles every row the first check leaves open in the open-row launch (the
+    finish loop never runs), with the launched rounds' tokens and the reference's; its counters and the
+    first check's list are zero again after a launch, and a second launch repeats the tokens."""
+    with monkeypatch.context() as m:
+        m.setattr("replay_kernels.sample_check.launch_finish", _no_rounds)
+        impl = impl_cls(open_rows=True, **shape)
+        state = impl.prepare(step.to(device))
+        assert state.open is not None and state.check is not None
+        tokens, counts = (x.clone() for x in impl.launch(state))
+        assert not state.open.sync.any() and not state.open.exits.any() and not state.check.open_len.any()
+        again = impl.launch(state)
+        assert torch.equal(again[0], tokens) and torch.equal(again[1], counts)
+        got = impl.sample(step.to(device))
+    rounds = impl_cls(open_rows=False, **shape).sample(step.to(device))
+    assert torch.equal(rounds.tokens.cpu(), tokens.cpu()) and torch.equal(rounds.counts.cpu(), counts.cpu())
+    compare(step, got, ReferenceSampler().sample(step), max_near_ties=0)
+    return impl
+
+
+@pytest.mark.parametrize("vocab,seed,requests,block,span", [(700, 5, 12, 64, 256), (1000, 6, 9, 1024, 128),
+                                                           (4099, 7, 5, 256, 1024)])
+def test_open_rows_settle_what_the_first_check_leaves_open(vocab, seed, requests, block, span, monkeypatch):
+    """Plain steps past the one launch (or with it off), most first draws missing a top-p (or top-k <= 4) set:
+    the open-row launch redraws and checks until each row is kept."""
+    step = _low_top_p_step(seed, vocab, requests)
+    _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, one_launch=False, block=block,
+                                filter_span=span)
+
+
+def test_open_rows_a_slot_settles_several_rows(monkeypatch):
+    """Two slots for twelve requests: each slot takes its list entries one after the other, its barrier count
+    carried from row to row."""
+    monkeypatch.setattr(one_launch, "OPEN_ROW_SLOTS", 2)
+    impl = _assert_open_rows_as_rounds(_low_top_p_step(9, 400, 12), GumbelMaxSampler, monkeypatch,
+                                       one_launch=False, block=64, filter_span=128)
+    assert impl.prepare(_low_top_p_step(9, 400, 12)).open.sync.numel() == 2
+
+
+def test_open_rows_of_a_verify_leave_the_rejected_draft_out(monkeypatch):
+    """Verify steps with top-p: open RESIDUAL rows draw the target without the rejected draft (the finish
+    loop's rule), open bonus rows the target; tokens go to each request's slot."""
+    from replay_kernels.stochastic import StochasticSampler
+    _assert_open_rows_as_rounds(_verify_low_top_p_step(11, 600, 16), StochasticSampler, monkeypatch,
+                                stats_block=64, draw_block=64, stats_span=128, filter_span=128)
+
+
+def test_open_rows_by_the_requests_expected_open():
+    """The open-row launch's programs a row by the sum of the checked requests' miss bounds (OPEN_ROW_SHAPES):
+    122 up to 3 expected, 61 up to 8, then the launched rounds (``open_rows=True``: the last shape)."""
+    assert one_launch.open_row_shape([0.1] * 30) == (122, 168)
+    assert one_launch.open_row_shape([0.1] * 64) == (61, 128)
+    assert one_launch.open_row_shape([0.1] * 90) is None
+    assert one_launch.open_row_shape([0.1] * 90, force=True) == (61, 128)
+    step = _plain(1, 500, 12, top_k=False)
+    step.temperature[:], step.top_p[:], step.min_p[:] = 1.0, 0.9, 0.0
+    assert GumbelMaxSampler().prepare(step).open is not None  # 1.2 expected
+    step.top_p[:] = 0.2  # 9.6 expected: the rounds
+    assert GumbelMaxSampler().prepare(step).open is None
+    assert GumbelMaxSampler(open_rows=True).prepare(step).open is not None
+    assert GumbelMaxSampler(open_rows=False, one_launch=False).prepare(step).open is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab,requests,top_p,seed", [(248320, 64, 0.9, 0), (151936, 12, None, 1),
+                                                      (32000, 40, None, 2)])
+def test_gpu_open_rows_match_the_rounds(vocab, requests, top_p, seed, monkeypatch):
+    """Slots of 61 or 122 programs meeting at barriers; 100 repeats and a CUDA graph."""
+    if top_p is None:
+        step = _low_top_p_step(seed, vocab, requests)
+    else:
+        step = _plain(seed, vocab, requests, top_k=False)
+        step.temperature[:], step.top_p[:], step.min_p[:] = 1.0, top_p, 0.0
+    impl = _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, "cuda")
+    state = impl.prepare(step.to("cuda"))
+    programs, _ = one_launch.open_row_shape(state.params.check_miss, force=True)
+    assert state.open.programs == min(programs, state.open.draw_splits) > 1
+    monkeypatch.setattr("replay_kernels.sample_check.launch_finish", _no_rounds)
+    assert_repeatable_and_graph_capturable(impl, state)
+
+
+@pytest.mark.gpu
+def test_gpu_open_rows_of_a_verify(monkeypatch):
+    from replay_kernels.stochastic import StochasticSampler
+    _assert_open_rows_as_rounds(_verify_low_top_p_step(13, 151936, 16), StochasticSampler, monkeypatch, "cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_open_rows_refused_when_too_large_run_the_rounds(monkeypatch):
+    """More slots than the device holds at once (``resident_programs`` overstated): the driver refuses the
+    cooperative launch, and the sampler runs the rounds and the finish loop instead, with the same tokens."""
+    step = _low_top_p_step(3, 248320, 40).to("cuda")
+    monkeypatch.setattr(one_launch, "resident_programs", lambda compiled, device: 10 ** 6)
+    monkeypatch.setattr(one_launch, "OPEN_ROW_SLOTS", 40)  # 40 x 61 programs: more than an H200 holds
+    monkeypatch.setattr(one_launch, "OPEN_ROW_SHAPES", ((1e9, 61, 128),))
+    impl = GumbelMaxSampler()
+    state = impl.prepare(step)
+    tokens = impl.launch(state)[0].clone()
+    assert state.open is None and not state.check.open_len.any()
+    assert torch.equal(tokens.cpu(), GumbelMaxSampler(open_rows=False).sample(step).tokens.cpu())

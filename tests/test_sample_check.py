@@ -3,7 +3,9 @@
 ``gumbel-max`` draws first and checks the drawn token against the row's top-k / top-p set; these
 tests pin that it emits the reference's tokens (up to documented near-ties) on SYNTHETIC rows with
 every filter mix, ties, -inf and NaN-free masks, temperatures != 1, several spans per row, and on the
-path where the launched rounds do not settle a row and the one-program-per-row finish loop must.
+path where the launched rounds do not settle a row and the one-program-per-row finish loop must. The rounds
+and the finish loop are the fallback of the open-row launch (tests/test_one_launch.py), so their tests ask for
+them (``open_rows=False``).
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def _assert_finish_loop_settles(vocab: int, device: str, **shape) -> None:
     want = ReferenceSampler().sample(step)
     missed = sum(unfiltered[r] != int(want.tokens[r, 0]) for r in range(12))
     assert missed >= 6, missed  # the first draw misses the set on most rows: the later stages do the work
-    compare(step, GumbelMaxSampler(**shape).sample(step.to(device)), want, max_near_ties=0)
+    compare(step, GumbelMaxSampler(open_rows=False, **shape).sample(step.to(device)), want, max_near_ties=0)
 
 
 def test_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
@@ -74,7 +76,7 @@ def test_gpu_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
 def test_rounds_and_finish_agree_and_launch_replays(rounds, monkeypatch):
     monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", rounds)  # every list-length reset path
     step = _low_top_p_step(6, 300, 6)
-    impl = GumbelMaxSampler(block=64, programs=16, filter_span=128)
+    impl = GumbelMaxSampler(block=64, programs=16, filter_span=128, open_rows=False)
     state = impl.prepare(step)
     first = [x.clone() for x in impl.launch(state)]
     assert not state.check.open_len.any()  # every open-row list is empty again for the next launch
@@ -89,7 +91,7 @@ def test_launched_rounds_settle_the_open_rows_without_the_finish_loop(monkeypatc
     step = _low_top_p_step(9, 400, 10)
     monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 24)
     monkeypatch.setattr("replay_kernels.sample_check.launch_finish", lambda *args: None)
-    impl = GumbelMaxSampler(block=64, programs=16, filter_span=128)
+    impl = GumbelMaxSampler(block=64, programs=16, filter_span=128, open_rows=False)
     state = impl.prepare(step)
     assert state.check.row_slots < step.num_requests  # a slot covers several requests
     tokens = impl.launch(state)[0].clone()
@@ -107,7 +109,7 @@ def test_a_slot_draws_and_checks_every_row_of_its_list(monkeypatch):
     out = []
     for per_slot in (1, 8):
         monkeypatch.setattr("replay_kernels.sample_check.ROWS_PER_SLOT", per_slot)
-        impl = GumbelMaxSampler(block=64, programs=16, filter_span=128)
+        impl = GumbelMaxSampler(block=64, programs=16, filter_span=128, open_rows=False)
         state = impl.prepare(step)
         assert state.check.row_slots == -(-step.num_requests // per_slot)
         out.append((impl.launch(state)[0].clone(), state.check.mode.clone(), state.check.cut_idx.clone()))

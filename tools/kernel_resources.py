@@ -18,6 +18,8 @@ with Triton) reads the registers a thread and the spill stack of the cubin. Per 
 A plain step below ``one_launch.ONE_LAUNCH_BELOW`` requests with top-k / top-p checks is recorded as the one
 launch (``replay_kernels/one_launch.py``), as on a GPU with room for all its programs; a line under the table
 says whether an H200 has that room (when it does not, the sampler runs the sequence: record it at a larger R).
+The open-row launch that settles what a first check leaves open is recorded with every slot it allocates; a
+line says how many of them an H200 holds at once (the grid the sampler then launches).
 
 Use it before spending device time: a variant that spills, or that drops a launch below the programs an SM
 it had, shows up here in seconds (docs/KERNELS.md "Measuring a kernel change"). It reads Triton internals
@@ -62,13 +64,14 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
         step.logits = step.logits.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype]))
     impl = get_impl(impl_name)
     state = impl.prepare(step)
-    run, fits = JITFunction.run, one_launch.fits
+    run, fits, slots = JITFunction.run, one_launch.fits, one_launch.open_row_slots
     JITFunction.run = record
     one_launch.fits = lambda *args: True  # as on a GPU with room for its programs (main checks the room)
+    one_launch.open_row_slots = lambda s, *args: s.sync.numel()  # every slot allocated (main says how many fit)
     try:
         impl.launch(state)
     finally:
-        JITFunction.run, one_launch.fits = run, fits
+        JITFunction.run, one_launch.fits, one_launch.open_row_slots = run, fits, slots
     return launches
 
 
@@ -158,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             need, room = grid[0] * grid[1], H200_SMS * programs_per_sm(regs, warps)
             notes.append(f"`_one_launch_kernel` needs its {need} programs resident at once; an H200 holds {room}"
                          + ("" if need <= room else ": there the sampler runs the launch sequence instead"))
+        if fn.__name__ == "_open_rows_kernel":  # slots of grid[1] programs, as many as are resident at once
+            room = H200_SMS * programs_per_sm(regs, warps)
+            notes.append(f"`_open_rows_kernel`: {grid[0]} slots of {grid[1]} programs allocated; an H200 holds "
+                         f"{room} programs, so {min(grid[0], room // grid[1])} slots run")
     for note in notes:
         print(note)
     return 0
