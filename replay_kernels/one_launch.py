@@ -35,6 +35,13 @@ and a barrier of one program passes at once.
 
 Bytes (R = 1, fp32): the row read once from DRAM by the draw (V x 4 B), each check and redraw again from L2;
 12 B of partials a draw span and a check span a round.
+
+The open-row launch (:func:`_open_rows_kernel`, from four requests) runs the same loop (:func:`_settle`) for the
+requests the launch sequence's first check leaves open: grid (S, P), slot s settling list entries s, s + S, ...
+one after another from the bound the check left, with a barrier counter a slot. It replaces the launched rounds
+and the finish loop when few requests are expected open (OPEN_ROW_SHAPES; docs/KERNELS.md). Bytes: each open
+row again from L2 or DRAM, V x 4 B a draw (with 61 programs a row its spans are read again each round) and a
+check.
 """
 from __future__ import annotations
 

@@ -24,5 +24,6 @@ profile() {  # profile LABEL KERNEL_REGEX SKIP ARGS...: the kernel's (SKIP+1)-th
   profile "verify k=4 R=64" _draw_kernel 2 --impl stochastic --R 64 --k 4
   profile "top-p 0.9 R=256 (sample-and-check: the check pass)" _check_kernel 8 --impl gumbel-max --R 256 --k 0 --top-p 0.9
   profile "top-p 0.9 R=1 (sample-and-check in one launch)" _one_launch_kernel 2 --impl gumbel-max --R 1 --k 0 --top-p 0.9
+  profile "top-p 0.9 R=64 (the open-row launch)" _open_rows_kernel 2 --impl gumbel-max --R 64 --k 0 --top-p 0.9
   profile "verify k=4 top-p 0.9 R=64 (one search round)" _round_kernel 2 --impl stochastic --R 64 --k 4 --top-p 0.9
 } 2>&1 | tee "$OUT/ncu.txt"
