@@ -36,25 +36,19 @@ and a barrier of one program passes at once.
 Bytes (R = 1, fp32): the row read once from DRAM by the draw (V x 4 B), each check and redraw again from L2;
 12 B of partials a draw span and a check span a round.
 
-The open-row launch (:func:`_open_rows_kernel`, from four requests) runs the same loop (:func:`_settle`) for the
-requests the launch sequence's first check leaves open: grid (S, P), slot s settling list entries s, s + S, ...
-one after another from the bound the check left, with a barrier counter a slot. It replaces the launched rounds
-and the finish loop when few requests are expected open (OPEN_ROW_SHAPES; docs/KERNELS.md). Bytes: each open
-row again from L2 or DRAM, V x 4 B a draw (with 61 programs a row its spans are read again each round) and a
-check.
+The same loop (:func:`settle_row`) settles the requests the launch sequence's first check leaves open, from
+four requests: :mod:`replay_kernels.open_rows`.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
-from .draw import MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET
+from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
 from .launches import launch
 from .bound_rules import keep_mask
 from .params import process_loaded
@@ -66,15 +60,6 @@ ONE_LAUNCH_BELOW = 4  # requests; at R = 4 its 488 programs do not fit an H200 (
 DRAW_BLOCK = 2048     # lanes of a draw span: one tile a program, like the plain draw below 8 rows (draw.DRAW_SHAPES)
 REDUCE_CHUNK = 128    # partials reduced per step
 ONE_LAUNCH_MAXNREG = 168  # 3 programs an SM; compiles to 159 unspilled (uncapped: 210, 2 an SM; triton 3.6, sm_90)
-OPEN_ROW_SLOTS = 16  # slots allocated for the open-row launch, at most (it launches as many as are resident)
-# The open-row launch's shape by how many requests the first check is expected to leave open (the sum of the
-# checked requests' miss bounds, RowParams.check_miss): (most expected, programs a row, register cap). Each
-# shape's limit is the slots an H200 holds at once (122 programs at 168 registers: 3 a SM, 3 slots; 61 at 128:
-# 4 a SM, 8 slots; tools/kernel_resources.py); more expected than the last: the launched rounds. Measured (H200,
-# CUDA graphs, docs/BENCHMARKS.md twenty-third session; SYNTHETIC top-p 0.9, 5 steps): R = 8 (0.8 expected)
-# 42.7 -> 36.6 µs with 122 programs (61: 47.8); R = 64 (6.4) 92.3 -> 86.1 with 61 (122: 94.2); R = 256 (25.6)
-# 232.7 -> 249.1 with 61: the rounds.
-OPEN_ROW_SHAPES = ((3.0, 122, 168), (8.0, 61, 128))
 
 
 @triton.jit
@@ -155,10 +140,10 @@ def _held_once(top_ptr, held_ptr, base, NB, M, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _settle(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, first, q, P, b, arrivals, sync_ptr,
-            part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr, DRAW_SPLITS,
-            CHECK_SPLITS, DRAW_BLOCK: tl.constexpr, CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr,
-            CHUNK: tl.constexpr, ONE_SPAN: tl.constexpr):
+def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, first, q, P, b, arrivals,
+               sync_ptr, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
+               DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr, CHECK_SPAN: tl.constexpr,
+               CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr, ONE_SPAN: tl.constexpr):
     """Steps 1-3 of the module docstring for one row, by program ``q`` of its ``P``, until its token is kept:
     returns (token, arrivals). ``L``: the prepared bound's value (min-p only on a check row: the sums keep
     x >= L); ``(cv0, ci0)``: the row's bound on entry (the prepared one, or after a miss ``(x_c, c + 1)``);
@@ -230,7 +215,7 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
         row = tl.load(row_ptr + r)
         checked = (mode == MODE_TARGET) & (tl.load(check_ptr + row) != 0)
         L = tl.load(cut_val_ptr + row)  # the prepared bound: min-p only on a check row (sums keep x >= L)
-        token, _ = _settle(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row), L, L,
+        token, _ = settle_row(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row), L, L,
                            tl.load(cut_idx_ptr + row),
                            murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)),
                            tl.full((), -1, tl.int32), tl.load(topk_ptr + row), tl.load(topp_ptr + row), checked,
@@ -248,48 +233,6 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
         tl.store(counts_ptr + r, count)
 
 
-@triton.jit
-def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, temp_ptr, lbound_ptr,
-                      cut_val_ptr, cut_idx_ptr, topk_ptr, topp_ptr, seed_ptr, pos_ptr, top_ptr, tokens_ptr,
-                      tok_stride, list_ptr, len_ptr, part_max_ptr, part_arg_ptr, pall_ptr, plow_ptr, pcnt_ptr,
-                      sync_ptr, exits_ptr, V, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr,
-                      CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                      ONE_SPAN: tl.constexpr):
-    """Grid (S, P): the requests a first check left open (``list[:len]``, sample_check's list 0), settled in
-    one launch. Slot s takes entries ``s, s + S, ...`` one after the other, its P programs drawing and checking
-    each (:func:`_settle`) from the bound the check left (``cut_val / cut_idx``, ``(x_c, c + 1)``) and the row's
-    largest value ``top[r]``; a RESIDUAL request leaves its rejected draft ``dtok[r]`` out, as the finish loop
-    does. Program 0 of the slot writes the token to ``tokens[r, slot[r]]`` and sets ``mode[r]`` to NONE. The
-    last program of a slot resets its barrier counter, and the last of all the list's length (``exits[S]``)."""
-    s = tl.program_id(0)
-    q = tl.program_id(1)
-    S = tl.num_programs(0)
-    P = tl.num_programs(1)
-    arrivals = P
-    for j in range(s, tl.load(len_ptr), S):
-        r = tl.load(list_ptr + j)
-        mode = tl.load(mode_ptr + r)
-        row = tl.load(row_ptr + r)
-        skip = tl.full((), -1, tl.int32)
-        if mode == MODE_RESIDUAL:
-            skip = tl.load(dtok_ptr + r)
-        token, arrivals = _settle(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row),
-                                  tl.load(lbound_ptr + row), tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row),
-                                  murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)), skip,
-                                  tl.load(topk_ptr + row), tl.load(topp_ptr + row), mode != MODE_NONE,
-                                  tl.load(top_ptr + r), tl.zeros((), tl.int32), q, P, s, arrivals, sync_ptr,
-                                  part_max_ptr, part_arg_ptr, part_max_ptr, part_arg_ptr, pall_ptr, plow_ptr,
-                                  pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK,
-                                  ONE_SPAN)
-        if q == 0:
-            tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
-            tl.store(mode_ptr + r, MODE_NONE)
-    if last_to_arrive(exits_ptr, s, P):
-        tl.store(sync_ptr + s, 0)
-    if last_to_arrive(exits_ptr, S, S * P):
-        tl.store(len_ptr, 0)
-
-
 # ---------------------------------------------------------------------------
 # Host side
 # ---------------------------------------------------------------------------
@@ -303,7 +246,7 @@ class OneLaunchScratch:
     float32 / float32 / int32, barrier counters ``sync`` [R] and exit counters ``exits`` [R + 1] int32 (zero
     between launches; the last counts every program of the open-row launch); ``programs``: P, the grid's second
     dimension; ``maxnreg``: the kernel's register cap. The open-row launch uses it with R = its slots
-    (:func:`allocate_open_rows`)."""
+    (:func:`replay_kernels.open_rows.allocate`)."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor
@@ -343,30 +286,6 @@ class OneLaunchScratch:
                    programs=max(1, min(programs, draw_splits)))
 
 
-def open_row_shape(miss: Sequence[float], force: bool = False) -> tuple | None:
-    """(programs a row, register cap) of the open-row launch for checked requests of miss bounds ``miss``
-    (OPEN_ROW_SHAPES by their sum), or None: the launched rounds (``force``: the last shape instead)."""
-    expected = math.fsum(miss)
-    for limit, programs, maxnreg in OPEN_ROW_SHAPES:
-        if expected <= limit:
-            return programs, maxnreg
-    return OPEN_ROW_SHAPES[-1][1:] if force else None
-
-
-def allocate_open_rows(num_requests: int, vocab: int, check_span: int, device, miss: Sequence[float],
-                       force: bool = False) -> OneLaunchScratch | None:
-    """Scratch of :func:`open_rows_launch` for a step of ``num_requests`` requests whose checked requests miss
-    their set with chances at most ``miss``: up to OPEN_ROW_SLOTS slots of the programs :func:`open_row_shape`
-    gives (one program a slot under ``TRITON_INTERPRET=1``), or None (the launched rounds)."""
-    shape = open_row_shape(miss, force)
-    if shape is None:
-        return None
-    s = OneLaunchScratch.allocate(min(max(num_requests, 1), OPEN_ROW_SLOTS), vocab, check_span, device,
-                                  programs=1 if interpreting() else shape[0])
-    s.maxnreg = shape[1]
-    return s
-
-
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -378,7 +297,9 @@ def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, count
             tokens.shape[1], s.draw_splits, s.check_splits)
 
 
-def _options(s: OneLaunchScratch) -> dict:
+def launch_options(s: OneLaunchScratch) -> dict:
+    """Constexprs and launch options of the one launch and the open-row launch for the scratch ``s``."""
+    """Constexprs and launch options of the one launch and the open-row launch for the scratch ``s``."""
     return dict(DRAW_BLOCK=s.draw_block, CHECK_SPAN=s.check_span, CHECK_BLOCK=min(s.check_span, CHECK_BLOCK),
                 CHUNK=REDUCE_CHUNK, ONE_SPAN=s.programs == s.draw_splits, num_warps=CHECK_WARPS,
                 maxnreg=s.maxnreg, launch_cooperative_grid=True)
@@ -412,7 +333,7 @@ def fits(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts
         return False
     grid = (mode.numel(), s.programs)
     compiled = _one_launch_kernel.warmup(*_args(s, logits, mode, row, params, seed, positions, counts_init, counts,
-                                                tokens), grid=grid, **_options(s))
+                                                tokens), grid=grid, **launch_options(s))
     if hasattr(compiled, "result"):
         compiled = compiled.result()
     return mode.numel() * s.programs <= resident_programs(compiled, logits.device)
@@ -422,37 +343,5 @@ def launch_one(s: OneLaunchScratch, logits, mode, row, params, seed, positions, 
     """The one launch: grid (R, P). ``mode`` / ``row`` [R] int32 (draw mode, logits row; output slot 0),
     ``seed`` [R] int64, ``positions`` [N] int64, ``counts_init`` / ``counts`` [R] int32, ``tokens`` [R, W] int64."""
     launch(_one_launch_kernel, (mode.numel(), s.programs),
-           *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens), **_options(s))
+           *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens), **launch_options(s))
 
-
-def open_rows_launch(s: OneLaunchScratch, cs, logits, row, slot, dtok, params, seed, positions, top, tokens):
-    """A callable that launches :func:`_open_rows_kernel` over the requests sample-and-check's first check left
-    open (``cs``: its CheckScratch; the check appends them to list 0), or None when not one slot of P programs
-    is resident at once (then the launched rounds run). ``row`` / ``slot`` / ``dtok`` [R] int32: each request's
-    draw row, token slot and rejected draft; ``top`` [>= R] float32: each row's largest processed value (the
-    first draw's); ``tokens`` [R, W] int64. The grid is (S, P) with S the most slots, up to the allocated ones,
-    whose programs are all resident (cooperative: a grid the driver cannot hold at once is refused, not hung)."""
-    args = (logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, cs.cut_val,
-            cs.cut_idx, params.top_k, params.top_p, seed, positions, top, tokens, tokens.stride(0), cs.open_rows[0],
-            cs.open_len[0:1], s.part_max, s.part_arg, s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1],
-            s.draw_splits, s.check_splits)
-    options = _options(s)
-    slots = open_row_slots(s, args, options, logits.device)
-    if slots == 0:
-        return None
-    return lambda: launch(_open_rows_kernel, (slots, s.programs), *args, **options)
-
-
-def open_row_slots(s: OneLaunchScratch, args: tuple, options: dict, device) -> int:
-    """The open-row launch's slots: the allocated ones (``s.sync``), fewer when the device cannot hold that many
-    slots of ``s.programs`` programs at once (:func:`resident_programs` of the compiled kernel); 0 when not one
-    slot fits, or off a CUDA device (one program a slot always fits: the interpreter)."""
-    slots = s.sync.numel()
-    if s.programs == 1:
-        return slots
-    if interpreting() or device.type != "cuda":
-        return 0
-    compiled = _open_rows_kernel.warmup(*args, grid=(slots, s.programs), **options)
-    if hasattr(compiled, "result"):
-        compiled = compiled.result()
-    return min(slots, resident_programs(compiled, device) // s.programs)

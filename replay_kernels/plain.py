@@ -28,7 +28,7 @@ from .candidate_draw import CandidateDraw
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .launches import run_cooperative
-from . import one_launch
+from . import one_launch, open_rows
 from .params import RowParams, host_step, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
@@ -53,7 +53,7 @@ class PlainState:
     same in one launch (:mod:`replay_kernels.one_launch`; None when the step does not qualify), used when its
     programs fit on the device at once (decided when the launches are recorded), else the sequence above;
     open: the scratch of the open-row launch that settles what the first check leaves open
-    (``one_launch.open_rows_launch``; None: the launched rounds and the finish loop);
+    (``open_rows.launcher``; None: the launched rounds and the finish loop);
     notes: list[str]; launches: the launch sequence, recorded on the first launch
     (:mod:`replay_kernels.launches`); dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
     """
@@ -93,8 +93,8 @@ class PlainSampler(LaunchSampler):
     launch (:mod:`replay_kernels.one_launch`): None below ONE_LAUNCH_BELOW requests and not under the
     interpreter, True whenever its programs fit (one a row under the interpreter), False never. Same tokens.
     ``open_rows`` (with ``sample_check``): the rows the first check leaves open are settled by one
-    cooperative launch (``one_launch.open_rows_launch``) instead of the launched rounds and the finish loop:
-    None when few are expected to be (``one_launch.OPEN_ROW_SHAPES``), True always, False never. Same tokens.
+    cooperative launch (``open_rows.launcher``) instead of the launched rounds and the finish loop:
+    None when few are expected to be (``open_rows.OPEN_ROW_SHAPES``), True always, False never. Same tokens.
     """
 
     rng_contract = "mrv2"
@@ -134,20 +134,20 @@ class PlainSampler(LaunchSampler):
         i32 = dict(dtype=torch.int32, device=device)
         params = prepare_params(step, device, self.filter_span, check=self.sample_check,
                                 gather_top_k=r_count >= CHECK_TOP_K_BELOW)
-        check = round_draw = open_rows = None
+        check = round_draw = open_scratch = None
         if params.any_check:
             check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,
                                           params.check_miss)
             round_draw = round_draw_scratch(r_count, step.vocab_size, self.block, device, self.programs)
             if self.open_rows is not False:
-                open_rows = one_launch.allocate_open_rows(r_count, step.vocab_size, self.filter_span, device,
-                                                          params.check_miss, force=bool(self.open_rows))
+                open_scratch = open_rows.allocate(r_count, step.vocab_size, self.filter_span, device,
+                                                  params.check_miss, force=bool(self.open_rows))
         one = None
         if self._wants_one_launch(params, r_count):
             one = one_launch.OneLaunchScratch.allocate(r_count, step.vocab_size, self.filter_span, device,
                                                        draw_block=self.block)
         state = PlainState(
-            logits=logits, params=params, check=check, round_draw=round_draw, one=one, open=open_rows,
+            logits=logits, params=params, check=check, round_draw=round_draw, one=one, open=open_scratch,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),
             slot=torch.zeros(r_count, **i32), seed=step.seed.to(device=device, dtype=torch.int64),
             positions=step.positions.to(device=device, dtype=torch.int64),
@@ -197,7 +197,7 @@ class PlainSampler(LaunchSampler):
             def draw_open(mode, cut_val, cut_idx, rows):
                 self._draw(state, mode, cut_val, cut_idx, state.round_draw, rows)
 
-            settle = None if state.open is None else one_launch.open_rows_launch(
+            settle = None if state.open is None else open_rows.launcher(
                 state.open, state.check, state.logits, state.row, state.slot, state.dummy_i32, p, state.seed,
                 state.positions, state.draw.top, state.tokens)
             launch_rounds(state.check, draw_open, state.logits, state.mode, state.row, state.slot, p,

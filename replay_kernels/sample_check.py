@@ -393,7 +393,7 @@ def launch_rounds(cs: CheckScratch, draw_open, logits: torch.Tensor, mode: torch
     """Everything after the first draw, a fixed launch sequence: its check, ``cs.rounds`` (draw, check) pairs
     over the rows still open, then the finish loop. ``draw_open(mode, cut_val, cut_idx, rows)`` launches
     the impl's draw over the list ``rows`` = (open_rows [R] int32, open_len [1] int32). ``settle``: a callable
-    that launches the open-row kernel (``one_launch.open_rows_launch``): then the check lists every row it
+    that launches the open-row kernel (``open_rows.launcher``): then the check lists every row it
     leaves open and that one launch settles them all (no rounds, no finish loop; the same tokens)."""
     if settle is not None:
         launch_check(cs, logits, mode, row, slot, params, tokens, top, 0, cut, append=True)

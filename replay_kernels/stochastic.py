@@ -63,7 +63,8 @@ from .draw import MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHU
 from .partials import block_argmax, last_to_arrive
 from .filters import FILTER_SPAN
 from .launches import launch, run_cooperative
-from . import one_launch
+from . import open_rows
+from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
@@ -250,8 +251,7 @@ class VerifyState:
     positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
     fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
     round_draw: sample-and-check of those rows' draws (its scratch, and its later draws split finer);
-    open: the scratch of the open-row launch that settles the rows its first check leaves open
-    (``one_launch.open_rows_launch``; None: the launched rounds and the finish loop);
+    open: the scratch of the open-row launch (``open_rows.launcher``; None: the rounds and the finish loop);
     launches: the launch sequence, recorded on the first launch (:mod:`replay_kernels.launches`).
     """
 
@@ -291,16 +291,14 @@ class VerifyState:
     fallback: Fallback | None
     check: CheckScratch | None
     round_draw: DrawScratch | None
-    open: one_launch.OneLaunchScratch | None = None
+    open: OneLaunchScratch | None = None
     launches: list | None = None
 
 
 class StochasticSampler(LaunchSampler):
-    """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton.
-
-    ``open_rows``: as for the plain samplers (:class:`replay_kernels.plain.PlainSampler`): None, the open-row
-    launch when few rows are expected open, every checked request counted (a residual draw misses its top-p
-    set with a chance that 1 - p does not bound); True always; False never."""
+    """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton. ``open_rows``: as for
+    the plain samplers (:class:`replay_kernels.plain.PlainSampler`), each checked request counted as open (a
+    residual draw misses its top-p set with a chance that 1 - p does not bound)."""
 
     name = "stochastic"
     description = ("MRV2 speculative verify in Triton: greedy + stochastic accept per request, residual "
@@ -348,7 +346,7 @@ class StochasticSampler(LaunchSampler):
         rs = max(r, 1)
         params = prepare_params(step, device, self.filter_span, check=draft is None, check_top_k=False)
         fallback = None
-        check = round_draw = open_rows = None
+        check = round_draw = open_scratch = None
         if params.any_check:
             rows = host.row_to_request()
             any_min_p = bool(((host.min_p[rows] != 0) & (params.check.cpu() != 0)).any())
@@ -357,8 +355,8 @@ class StochasticSampler(LaunchSampler):
             check = CheckScratch.allocate(r, n, v, device, self.filter_span)
             round_draw = round_draw_scratch(r, v, self.draw_block, device, self.programs)
             if self.open_rows is not False:  # a residual draw's miss is not bounded by 1 - p: 1.0 a request
-                open_rows = one_launch.allocate_open_rows(r, v, self.filter_span, device,
-                                                          (1.0,) * len(params.check_miss), force=bool(self.open_rows))
+                open_scratch = open_rows.allocate(r, v, self.filter_span, device, (1.0,) * len(params.check_miss),
+                                                  force=bool(self.open_rows))
         fused = r < self.fused_below
         slots = nbs * max(1, host.max_drafts) if fused else nbs  # span stats per request
         bounded_stats = (rs, slots) if params.any_check else (1, 1)
@@ -378,7 +376,7 @@ class StochasticSampler(LaunchSampler):
             rdrow=torch.zeros(rs, **i32), rdtok=torch.zeros(rs, **i32), lse_t=torch.zeros(rs, **f32),
             lse_q=torch.zeros(rs, **f32),
             draw=DrawScratch.allocate(r, v, self.draw_block, device, self.programs, track_top=params.any_check),
-            check=check, round_draw=round_draw, open=open_rows,
+            check=check, round_draw=round_draw, open=open_scratch,
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r, **i32), routes=routes,
             num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback)
@@ -411,7 +409,7 @@ class StochasticSampler(LaunchSampler):
             def draw_open(mode, cut_val, cut_idx, rows):
                 self._draw(s, draft, d_stride, mode, cut_val, cut_idx, s.round_draw, rows)
 
-            settle = None if s.open is None else one_launch.open_rows_launch(
+            settle = None if s.open is None else open_rows.launcher(
                 s.open, s.check, s.logits, s.rrow, s.slot, s.rdtok, p, s.seed, s.positions, s.draw.top, s.tokens)
             launch_rounds(s.check, draw_open, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, s.draw.top, s.rdtok,
                           s.seed, s.positions, cut=cut, settle=settle)

@@ -472,9 +472,10 @@ def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
 def test_kernel_resources_tool_compiles_each_launch_for_sm90():
     """tools/kernel_resources.py records one launch's kernels without running them and compiles each for
     sm_90 (no GPU): a top-p step is the first draw, its check, (draw, check) rounds and the finish loop: three
-    rounds at top-p 0.5 with four requests (the most; ``sample_check.launched_rounds``, whose counts
-    tests/test_sample_check.py pins: one compile of each kernel here); below four requests, the one launch,
-    with the room an H200 has for its programs.
+    rounds at top-p 0.5 with twenty requests (the most; ``sample_check.launched_rounds``, whose counts
+    tests/test_sample_check.py pins: one compile of each kernel here; 10 expected open: no open-row launch);
+    with four (2 expected open) the first draw, its check and the open-row launch; below four requests, the
+    one launch, with the room an H200 has for its programs.
     Programs an SM follow the H200's register partitions (ncu: 96 registers, 1 warp -> 20; 111 -> 16;
     4 warps at 75 -> 6), not 65,536 / (regs x 32)."""
     import os
@@ -483,7 +484,8 @@ def test_kernel_resources_tool_compiles_each_launch_for_sm90():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(TOOLS.parent)
-    for requests, expected in ((4, ["_draw_kernel", "_check_kernel"] * 4 + ["_finish_kernel"]),
+    for requests, expected in ((20, ["_draw_kernel", "_check_kernel"] * 4 + ["_finish_kernel"]),
+                               (4, ["_draw_kernel", "_check_kernel", "_open_rows_kernel"]),
                                (3, ["_one_launch_kernel"])):
         out = subprocess.run([sys.executable, str(TOOLS / "kernel_resources.py"), "--impl", "gumbel-max", "--R",
                               str(requests), "--V", "3000", "--top-p", "0.5"], capture_output=True, text=True,
@@ -492,6 +494,8 @@ def test_kernel_resources_tool_compiles_each_launch_for_sm90():
         rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ") and "`" in line]
         assert [r[1].strip().strip("`") for r in rows] == expected
         assert all(int(r[5]) > 0 and int(r[7]) > 0 for r in rows)  # registers and programs an SM
+        if requests == 4:  # 4 slots allocated, of 2 programs (the draw spans at V = 3000)
+            assert "`_open_rows_kernel`: 4 slots of 2 programs allocated; an H200 holds" in out.stdout
     assert "needs its 6 programs resident at once; an H200 holds" in out.stdout  # grid (3, 2) at V = 3000
     tool = load_tool("kernel_resources")
     assert [tool.programs_per_sm(r, w) for r, w in ((96, 1), (111, 1), (75, 4), (128, 4), (32, 1))] == [20, 16, 6, 4, 32]

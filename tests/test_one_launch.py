@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from replay_harness.impls.reference import ReferenceSampler
-from replay_kernels import one_launch
+from replay_kernels import one_launch, open_rows
 from replay_kernels.gumbel_max import GumbelMaxSampler
 from test_kernels import DEVICE, assert_repeatable_and_graph_capturable, compare, synthetic_step
 from test_sample_check import _low_top_p_step
@@ -218,7 +218,7 @@ def test_open_rows_settle_what_the_first_check_leaves_open(vocab, seed, requests
 def test_open_rows_a_slot_settles_several_rows(monkeypatch):
     """Two slots for twelve requests: each slot takes its list entries one after the other, its barrier count
     carried from row to row."""
-    monkeypatch.setattr(one_launch, "OPEN_ROW_SLOTS", 2)
+    monkeypatch.setattr(open_rows, "OPEN_ROW_SLOTS", 2)
     impl = _assert_open_rows_as_rounds(_low_top_p_step(9, 400, 12), GumbelMaxSampler, monkeypatch,
                                        one_launch=False, block=64, filter_span=128)
     assert impl.prepare(_low_top_p_step(9, 400, 12)).open.sync.numel() == 2
@@ -235,10 +235,10 @@ def test_open_rows_of_a_verify_leave_the_rejected_draft_out(monkeypatch):
 def test_open_rows_by_the_requests_expected_open():
     """The open-row launch's programs a row by the sum of the checked requests' miss bounds (OPEN_ROW_SHAPES):
     122 up to 3 expected, 61 up to 8, then the launched rounds (``open_rows=True``: the last shape)."""
-    assert one_launch.open_row_shape([0.1] * 30) == (122, 168)
-    assert one_launch.open_row_shape([0.1] * 64) == (61, 128)
-    assert one_launch.open_row_shape([0.1] * 90) is None
-    assert one_launch.open_row_shape([0.1] * 90, force=True) == (61, 128)
+    assert open_rows.shape([0.1] * 30) == (122, 168)
+    assert open_rows.shape([0.1] * 64) == (61, 128)
+    assert open_rows.shape([0.1] * 90) is None
+    assert open_rows.shape([0.1] * 90, force=True) == (61, 128)
     step = _plain(1, 500, 12, top_k=False)
     step.temperature[:], step.top_p[:], step.min_p[:] = 1.0, 0.9, 0.0
     assert GumbelMaxSampler().prepare(step).open is not None  # 1.2 expected
@@ -260,7 +260,7 @@ def test_gpu_open_rows_match_the_rounds(vocab, requests, top_p, seed, monkeypatc
         step.temperature[:], step.top_p[:], step.min_p[:] = 1.0, top_p, 0.0
     impl = _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, "cuda")
     state = impl.prepare(step.to("cuda"))
-    programs, _ = one_launch.open_row_shape(state.params.check_miss, force=True)
+    programs, _ = open_rows.shape(state.params.check_miss, force=True)
     assert state.open.programs == min(programs, state.open.draw_splits) > 1
     monkeypatch.setattr("replay_kernels.sample_check.launch_finish", _no_rounds)
     assert_repeatable_and_graph_capturable(impl, state)
@@ -278,8 +278,8 @@ def test_gpu_open_rows_refused_when_too_large_run_the_rounds(monkeypatch):
     cooperative launch, and the sampler runs the rounds and the finish loop instead, with the same tokens."""
     step = _low_top_p_step(3, 248320, 40).to("cuda")
     monkeypatch.setattr(one_launch, "resident_programs", lambda compiled, device: 10 ** 6)
-    monkeypatch.setattr(one_launch, "OPEN_ROW_SLOTS", 40)  # 40 x 61 programs: more than an H200 holds
-    monkeypatch.setattr(one_launch, "OPEN_ROW_SHAPES", ((1e9, 61, 128),))
+    monkeypatch.setattr(open_rows, "OPEN_ROW_SLOTS", 40)  # 40 x 61 programs: more than an H200 holds
+    monkeypatch.setattr(open_rows, "OPEN_ROW_SHAPES", ((1e9, 61, 128),))
     impl = GumbelMaxSampler()
     state = impl.prepare(step)
     tokens = impl.launch(state)[0].clone()

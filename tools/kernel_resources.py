@@ -51,7 +51,7 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
 
     from replay_harness.bench.kernels.cases import Inputs
     from replay_harness.impls import get_impl
-    from replay_kernels import one_launch
+    from replay_kernels import one_launch, open_rows
 
     launches = []
 
@@ -64,14 +64,14 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
         step.logits = step.logits.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype]))
     impl = get_impl(impl_name)
     state = impl.prepare(step)
-    run, fits, slots = JITFunction.run, one_launch.fits, one_launch.open_row_slots
+    run, fits, slots = JITFunction.run, one_launch.fits, open_rows.slots
     JITFunction.run = record
     one_launch.fits = lambda *args: True  # as on a GPU with room for its programs (main checks the room)
-    one_launch.open_row_slots = lambda s, *args: s.sync.numel()  # every slot allocated (main says how many fit)
+    open_rows.slots = lambda s, *args: s.sync.numel()  # every slot allocated (main says how many fit)
     try:
         impl.launch(state)
     finally:
-        JITFunction.run, one_launch.fits, one_launch.open_row_slots = run, fits, slots
+        JITFunction.run, one_launch.fits, open_rows.slots = run, fits, slots
     return launches
 
 
