@@ -216,12 +216,13 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
         checked = (mode == MODE_TARGET) & (tl.load(check_ptr + row) != 0)
         L = tl.load(cut_val_ptr + row)  # the prepared bound: min-p only on a check row (sums keep x >= L)
         token, _ = settle_row(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row), L, L,
-                           tl.load(cut_idx_ptr + row),
-                           murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)),
-                           tl.full((), -1, tl.int32), tl.load(topk_ptr + row), tl.load(topp_ptr + row), checked,
-                           tl.full((), float("-inf"), tl.float32), tl.full((), 1, tl.int32), q, P, r, P, sync_ptr,
-                           part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
-                           DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK, ONE_SPAN)
+                              tl.load(cut_idx_ptr + row),
+                              murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)),
+                              tl.full((), -1, tl.int32), tl.load(topk_ptr + row), tl.load(topp_ptr + row), checked,
+                              tl.full((), float("-inf"), tl.float32), tl.full((), 1, tl.int32), q, P, r, P,
+                              sync_ptr, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr,
+                              pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK,
+                              ONE_SPAN)
         if last_to_arrive(exits_ptr, r, P):
             tl.store(sync_ptr + r, 0)  # every program of the row has left its last barrier
     if q == 0:
@@ -298,7 +299,6 @@ def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, count
 
 
 def launch_options(s: OneLaunchScratch) -> dict:
-    """Constexprs and launch options of the one launch and the open-row launch for the scratch ``s``."""
     """Constexprs and launch options of the one launch and the open-row launch for the scratch ``s``."""
     return dict(DRAW_BLOCK=s.draw_block, CHECK_SPAN=s.check_span, CHECK_BLOCK=min(s.check_span, CHECK_BLOCK),
                 CHUNK=REDUCE_CHUNK, ONE_SPAN=s.programs == s.draw_splits, num_warps=CHECK_WARPS,

@@ -66,6 +66,7 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
         skip = tl.full((), -1, tl.int32)
         if mode == MODE_RESIDUAL:
             skip = tl.load(dtok_ptr + r)
+        # first = 0, M given: the top / held partials are never stored, so part_max / part_arg stand in for them
         token, arrivals = settle_row(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row),
                                      tl.load(lbound_ptr + row), tl.load(cut_val_ptr + row),
                                      tl.load(cut_idx_ptr + row), murmur3_row_key(tl.load(seed_ptr + r),
