@@ -70,7 +70,7 @@ from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
 from .verify_bounds import (VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_OPEN, WALK_PENDING,
                            Fallback, bounded_verdict, launch_fallback)
-from .verify_stats import global_lse, processed_at, span_stats
+from .verify_stats import BOUND_PLANES, global_lse, processed_at, span_stats
 
 # The position launches' tile, span per program and warps: fixed (they set the order of each row's fp32 sums,
 # and tokens must not depend on the batch); measured in docs/KERNELS.md "Position launch shape".
@@ -86,6 +86,7 @@ POSITION_MAXNREG = 64
 # Batches of fewer requests verify every draft position in one launch (``_position_kernel`` ALL: the rows
 # after a rejection are read too, but one launch replaces max_k); same stats and tests, so same tokens.
 FUSED_BELOW = 32
+VERIFY_MISS = 1.0  # the chance counted that a checked request's draw misses its top-p set (open_rows.shape)
 WALK_CHUNK = 64
 
 
@@ -102,8 +103,8 @@ def _close(r, mode, rrow, slot, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_p
 @triton.jit
 def _accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
                  l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
-                 smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, walk_ptr, pend_ptr,
-                 tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
+                 smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr,
+                 pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
                  lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr,
                  CHUNK: tl.constexpr):
     """The accept test of request r's draft position i from the row's span stats at ``base``: writes the
@@ -132,7 +133,7 @@ def _accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_pt
         if BOUNDED:
             bounded = tl.load(check_ptr + row) != 0
         if bounded:  # one-hot drafts: log q = 0
-            verdict = bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, tl.log(u),
+            verdict = bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, tl.log(u),
                                       tl.load(topp_ptr + row), CHUNK)
         else:
             lt = global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
@@ -162,7 +163,7 @@ def _accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_pt
 @triton.jit(do_not_specialize=["i0"])
 def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
                      logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
-                     check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr,
+                     check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride,
                      arrivals_ptr, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr,
                      mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, V, NB, P,
                      HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr, ALL: tl.constexpr,
@@ -214,7 +215,7 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
             lo = b * SPAN
             span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo,
                        tl.minimum(lo + SPAN, V), greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
-                       sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK)
+                       sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK)
     if ALL:  # every program of the request arrives; the last walks the positions
         if last_to_arrive(arrivals_ptr, r, NB * P):
             go = tl.full((), 1, tl.int32)
@@ -223,16 +224,16 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
                     go = _accept_test(r, j, start, greedy, temp, (r * P + j) * NB, seed_ptr, dtok_row_ptr,
                                       pos_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr,
                                       cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr,
-                                      dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, walk_ptr, pend_ptr, tokens_ptr,
+                                      dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr, tokens_ptr,
                                       tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
                                       lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
     elif verifying:
         if last_to_arrive(arrivals_ptr, r, NB):
             _accept_test(r, i, start, greedy, temp, r * P * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
                          logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
-                         check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr,
-                         walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr,
-                         rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
+                         check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
+                         bstride, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr,
+                         slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
 
 
 @dataclass
@@ -242,11 +243,12 @@ class VerifyState:
     logits [N, V] engine dtype; draft_logits [N-R, V] or None; params: RowParams ([N] rows);
     cu [R+1] int32; req_temp [R] f32; seed [R] int64; draft_tokens [N] int32;
     positions [N] int64; vidx [N] int32 (draft/verify row per logits row, -1 on bonus rows);
-    span stats smax/ssum/sarg/dmax/dsum/srb/sx2 [R, NB_stats] of the position in flight, or [R, max_k x
-    NB_stats] of every position when ``fused`` (fewer than ``fused_below`` requests: one position launch)
-    (srb/sx2: top-p bounds, verify_bounds.py); arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes)
-    and pend [R] int32 (the position of an undecided test); draw plan mode/rrow/slot/
-    rdrow/rdtok [R] int32, lse_t/lse_q [R] f32; draw: DrawScratch (partials and arrival counters);
+    span stats smax/ssum/sarg/dmax/dsum [R, NB_stats] of the position in flight, or [R, max_k x
+    NB_stats] of every position when ``fused`` (fewer than ``fused_below`` requests: one position launch), and
+    sbound [BOUND_PLANES, the same] (top-p bounds: Rb, X2, level masses; verify_stats.py, verify_bounds.py);
+    arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes) and pend [R] int32 (the position
+    of an undecided test); draw plan mode/rrow/slot/rdrow/rdtok [R] int32, lse_t/lse_q [R] f32; draw: DrawScratch
+    (partials and arrival counters);
     outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
     positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
     fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
@@ -269,8 +271,7 @@ class VerifyState:
     sarg: torch.Tensor
     dmax: torch.Tensor
     dsum: torch.Tensor
-    srb: torch.Tensor
-    sx2: torch.Tensor
+    sbound: torch.Tensor
     arrivals: torch.Tensor
     walk: torch.Tensor
     pend: torch.Tensor
@@ -345,8 +346,7 @@ class StochasticSampler(LaunchSampler):
         routes = torch.tensor([ROUTE_CODE[name] for name in host.expected_routes()], dtype=torch.int8)
         rs = max(r, 1)
         params = prepare_params(step, device, self.filter_span, check=draft is None, check_top_k=False)
-        fallback = None
-        check = round_draw = open_scratch = None
+        fallback = check = round_draw = open_scratch = None
         if params.any_check:
             rows = host.row_to_request()
             any_min_p = bool(((host.min_p[rows] != 0) & (params.check.cpu() != 0)).any())
@@ -354,9 +354,9 @@ class StochasticSampler(LaunchSampler):
             # every round launched: a residual draw misses the set more often than 1 - p (launched_rounds)
             check = CheckScratch.allocate(r, n, v, device, self.filter_span)
             round_draw = round_draw_scratch(r, v, self.draw_block, device, self.programs)
-            if self.open_rows is not False:  # a residual draw's miss is not bounded by 1 - p: 1.0 a request
-                open_scratch = open_rows.allocate(r, v, self.filter_span, device, (1.0,) * len(params.check_miss),
-                                                  force=bool(self.open_rows))
+            if self.open_rows is not False:  # a residual draw's miss is not bounded by 1 - p: VERIFY_MISS a request
+                misses = (VERIFY_MISS,) * len(params.check_miss)
+                open_scratch = open_rows.allocate(r, v, self.filter_span, device, misses, force=bool(self.open_rows))
         fused = r < self.fused_below
         slots = nbs * max(1, host.max_drafts) if fused else nbs  # span stats per request
         bounded_stats = (rs, slots) if params.any_check else (1, 1)
@@ -370,7 +370,7 @@ class StochasticSampler(LaunchSampler):
             sarg=torch.empty((rs, slots), **i32),
             dmax=torch.empty((rs, slots) if draft is not None else (1, 1), **f32),
             dsum=torch.empty((rs, slots) if draft is not None else (1, 1), **f32),
-            srb=torch.empty(bounded_stats, **f32), sx2=torch.empty(bounded_stats, **f32),
+            sbound=torch.empty((BOUND_PLANES, *bounded_stats), **f32),
             arrivals=torch.zeros(rs, **i32), walk=torch.zeros(rs, **i32), pend=torch.zeros(rs, **i32),
             mode=torch.empty(rs, **i32), rrow=torch.empty(rs, **i32), slot=torch.empty(rs, **i32),
             rdrow=torch.zeros(rs, **i32), rdtok=torch.zeros(rs, **i32), lse_t=torch.zeros(rs, **f32),
@@ -442,8 +442,8 @@ class StochasticSampler(LaunchSampler):
             launch(_position_kernel, (s.tokens.shape[0], s.num_stats_blocks, slots),
                    i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
                    s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
-                   s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.srb, s.sx2, s.arrivals, s.walk, s.pend, s.tokens,
-                   s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
+                   s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.sbound, s.sbound.stride(0), s.arrivals, s.walk, s.pend,
+                   s.tokens, s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
                    s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
                    BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
                    CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg)

@@ -12,7 +12,14 @@ the oracle sorts by) and ``X2`` (the largest value strictly before d), and with 
   ``c*``, the first kept token, is at or before d. If ``Rb <= (1 - p) S``, ``c* = d`` and
   ``S_kept = S - Rb``. Otherwise ``c*`` is strictly before d: ``R* <= (1 - p) S`` and
   ``R* > (1 - p) S - e_c*`` with ``e_c* <= exp(X2 - M)``, and ``R* <= Rb``, so
-  ``S_kept`` lies in ``[max(p S, S - Rb), min(S, p S + exp(X2 - M))]``.
+  ``S_kept`` lies in ``[max(p S, S - Rb), min(S, p S + e_c*)]``.
+
+The same pass also sums ``H(t)``, the mass at or above each level ``t = x_d - 4`` and ``x_d - 8``
+(``verify_stats.NEAR_GAP`` / ``FAR_GAP``). The kept set holds ``S_kept >= p S``; if ``H(t) < p S`` it
+cannot lie within ``{x >= t}``, so ``x_c* < t`` and ``e_c* < exp(t - M)`` (:func:`first_kept_bound` takes
+the smallest of these bounds and ``exp(X2 - M)``). X2 alone is the second largest value when the
+draft is the row's top, a bound as wide as that token's mass; the levels put the cut below ``x_d - 8``
+on rows whose kept set reaches that deep (the benchmark's rows), where ``e_c*`` is tiny.
 
 So ``log p(d)`` lies in ``[x_d - M - log(hi), x_d - M - log(lo)]``; when the threshold ``log u + log q``
 is outside that interval (with a margin for fp32 rounding: ``BOUND_TOL`` relative on the sums,
@@ -24,9 +31,11 @@ launches run again for the pending requests with the exact cuts. The draw rows o
 (bonus, placeholder or one-hot residual) are then drawn by sample-and-check (:mod:`replay_kernels.sample_check`):
 a drawn token the check finds outside the top-p set is drawn again above it.
 
-Measured on the benchmark's SYNTHETIC rows (randn * 3 plus a peak, drafts the argmax 70% of the time)
-about 0.5% of tests land inside the bounds with ``X2`` alone; on real rows a few %. Used for rows whose
-request has top-p without top-k and no draft logits (``RowParams.check``); the others keep the search.
+Measured on the benchmark's SYNTHETIC rows (randn * 3 plus a peak, drafts the argmax 70% of the time,
+R = 64, k = 4): with ``X2`` alone 15 of 20 steps had a pending request, with the levels 6 of 20 (4 of them
+within the rounding margins, 2 with the cut right at a level; docs/BENCHMARKS.md, twenty-fourth session);
+on real rows a few %. Used for rows whose request has top-p without top-k and no draft logits
+(``RowParams.check``); the others keep the search.
 """
 from __future__ import annotations
 
@@ -39,7 +48,7 @@ import triton.language as tl
 from .filters import FilterScratch, launch_filters
 from .launches import launch
 from .partials import block_max
-from .verify_stats import spans_sum
+from .verify_stats import FAR_GAP, NEAR_GAP, spans_sum
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
 LOG_MARGIN = tl.constexpr(1e-5)   # absolute, on the log-domain comparison
@@ -56,13 +65,27 @@ WALK_EXACT = tl.constexpr(3)    # verifying again after the fallback, with the e
 
 
 @triton.jit
-def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p, CHUNK: tl.constexpr):
+def first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB, CHUNK: tl.constexpr):
+    """An upper bound of ``e_c*``, the first kept token's mass: ``exp(X2 - M)``, or ``exp(t - M)`` for a level
+    ``t = x_d - NEAR_GAP`` or ``x_d - FAR_GAP`` whose mass at or above it is below ``p S``: the kept set holds at
+    least ``p S`` (within rounding: BOUND_TOL), so it reaches below ``t``."""
+    ec = tl.exp(x2 - gm)
+    if spans_sum(smax_ptr, sbound_ptr + 2 * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
+        ec = tl.minimum(ec, tl.exp(xd - NEAR_GAP - gm))
+    if spans_sum(smax_ptr, sbound_ptr + 3 * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
+        ec = tl.minimum(ec, tl.exp(xd - FAR_GAP - gm))
+    return ec
+
+
+@triton.jit
+def bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, thr, p, CHUNK: tl.constexpr):
     """Accept, reject or pending for a kept-or-not draft of processed value ``xd`` (-inf: removed by
-    min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp, Rb, X2)."""
+    min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp; Rb, X2 and the level
+    masses in the planes of ``sbound``, verify_stats.span_stats)."""
     gm = block_max(smax_ptr, base, NB, CHUNK)
-    x2 = block_max(sx2_ptr, base, NB, CHUNK)
+    x2 = block_max(sbound_ptr + bstride, base, NB, CHUNK)
     S = spans_sum(smax_ptr, ssum_ptr, gm, base, NB, CHUNK)
-    rb = spans_sum(smax_ptr, srb_ptr, gm, base, NB, CHUNK)
+    rb = spans_sum(smax_ptr, sbound_ptr, gm, base, NB, CHUNK)
     verdict = VERDICT_REJECT + tl.zeros((), tl.int32)
     if xd > float("-inf"):
         ed = tl.exp(xd - gm)
@@ -73,7 +96,10 @@ def bounded_verdict(smax_ptr, ssum_ptr, srb_ptr, sx2_ptr, base, NB, xd, thr, p, 
             verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
         elif low > omp:  # kept
             lo = tl.maximum(p * S, S - rb)
-            hi = tl.where(rb <= omp, S - rb, tl.minimum(S, p * S + tl.exp(x2 - gm)))
+            hi = S - rb
+            if rb > omp:
+                hi = tl.minimum(S, p * S + first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB,
+                                                            CHUNK))
             lo = lo * (1.0 - BOUND_TOL)
             hi = hi * (1.0 + BOUND_TOL)
             if xd - gm - tl.log(hi) > thr + LOG_MARGIN:

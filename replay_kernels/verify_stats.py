@@ -21,6 +21,13 @@ import triton.language as tl
 from .partials import block_max
 from .params import process_loaded
 
+# A bounded row's levels: its draft's value x_d minus NEAR_GAP and FAR_GAP; the mass at or above each bounds the first
+# kept token's mass (verify_bounds.first_kept_bound). Two levels decide on the benchmark's rows as many tests as
+# four at 2, 4, 8, 16 did (fewer block sums a tile; docs/BENCHMARKS.md, twenty-fourth session).
+NEAR_GAP = tl.constexpr(4.0)
+FAR_GAP = tl.constexpr(8.0)
+BOUND_PLANES = 4  # planes of a bounded row's span stats: Rb, X2, the masses at or above x_d - NEAR_GAP, x_d - FAR_GAP
+
 
 @triton.jit
 def load_tile(base, start, hi, BLOCK: tl.constexpr):
@@ -59,13 +66,16 @@ def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def tile_before(x, offs, xd, d, e, rb, x2, scale):
-    """Rescaled running (mass strictly before d, largest value strictly before d) after one tile;
-    ``e = exp(x - m_new)`` (0 on -inf lanes), ``scale = exp(m_old - m_new)``."""
+def tile_before(x, offs, xd, d, e, rb, x2, hn, hf, scale):
+    """Rescaled running (mass strictly before d, largest value strictly before d, masses at or above the levels
+    ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``) after one tile; ``e = exp(x - m_new)`` (0 on -inf lanes),
+    ``scale = exp(m_old - m_new)``."""
     before = (x < xd) | ((x == xd) & (offs < d))
     rb = rb * scale + tl.sum(tl.where(before, e, 0.0), axis=0)
     x2 = tl.maximum(x2, tl.max(tl.where(before, x, float("-inf")), axis=0))
-    return rb, x2
+    hn = hn * scale + tl.sum(tl.where(x >= xd - NEAR_GAP, e, 0.0), axis=0)
+    hf = hf * scale + tl.sum(tl.where(x >= xd - FAR_GAP, e, 0.0), axis=0)
+    return rb, x2, hn, hf
 
 
 @triton.jit
@@ -77,11 +87,12 @@ def processed_at(row_base, d, t, cv, ci):
 
 @triton.jit
 def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr,
-                dmax_ptr, dsum_ptr, srb_ptr, sx2_ptr, out,
+                dmax_ptr, dsum_ptr, sbound_ptr, bstride, out,
                 HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr):
     """The stats of lanes [lo, hi) of one verify row, stored at ``out``: raw max + left-most argmax
     (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
-    ``bounded`` rows also the mass and the largest value strictly before the draft ``d``
+    ``bounded`` rows also, at ``sbound + j * bstride + out``: (j = 0) the mass and (1) the largest value strictly
+    before the draft ``d``, (2, 3) the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``
     (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out)."""
     if greedy:
         best = tl.full((), float("-inf"), tl.float32)
@@ -103,6 +114,8 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
         qs = tl.zeros((), tl.float32)
         rb = tl.zeros((), tl.float32)
         x2 = tl.full((), float("-inf"), tl.float32)
+        hn = tl.zeros((), tl.float32)
+        hf = tl.zeros((), tl.float32)
         raw_next = load_tile(row_base, lo, hi, BLOCK)
         q_next = raw_next  # a placeholder without draft logits (never read)
         if HAS_DRAFT:
@@ -121,7 +134,7 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
                     scale = tl.exp(m - m_new)
                     e = tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0)
                     s = s * scale + tl.sum(e, axis=0)
-                    rb, x2 = tile_before(x, offs, xd, d, e, rb, x2, scale)
+                    rb, x2, hn, hf = tile_before(x, offs, xd, d, e, rb, x2, hn, hf, scale)
                 m = m_new
             else:
                 m, s = online(m, s, x)
@@ -131,8 +144,10 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
         tl.store(smax_ptr + out, m)
         tl.store(ssum_ptr + out, s)
         if bounded:
-            tl.store(srb_ptr + out, rb)
-            tl.store(sx2_ptr + out, x2)
+            tl.store(sbound_ptr + out, rb)
+            tl.store(sbound_ptr + bstride + out, x2)
+            tl.store(sbound_ptr + 2 * bstride + out, hn)
+            tl.store(sbound_ptr + 3 * bstride + out, hf)
         if HAS_DRAFT:
             tl.store(dmax_ptr + out, qm)
             tl.store(dsum_ptr + out, qs)

@@ -9,6 +9,7 @@ The only tolerated differences are floating-point near-ties
 (``replay_harness.oracle.near_tie.is_near_tie``); each comparison asserts at most
 ``MAX_NEAR_TIES`` of them per test (0 expected under the interpreter).
 """
+import math
 import os
 
 import torch
@@ -637,6 +638,49 @@ def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch
         assert one.fallback.filters.grid_rows == 1
         assert [torch.equal(a, b) for a, b in zip(impl.launch(one), (tokens, counts))] == [True, True]
     assert 0 < pending < requests, (pending, requests)
+
+
+def x2_pending(x: torch.Tensor, d: int, p: float, u: float) -> bool:
+    """Would the bounds with ``X2`` alone (the largest value before d bounding e_c*) leave this accept test
+    undecided? float64, no rounding margins: ``log u`` inside ``[x_d - M - log hi, x_d - M - log lo]``."""
+    x = x.double()
+    m, e = x.max(), torch.exp(x - x.max())
+    s = float(e.sum())
+    before = (x < x[d]) | ((x == x[d]) & (torch.arange(x.numel()) < d))
+    rb = float(e[before].sum())
+    if rb + float(e[d]) <= (1 - p) * s or rb <= (1 - p) * s:  # removed, or d is the first kept token: exact
+        return False
+    hi = min(s, p * s + math.exp(float(x[before].max() - m)))
+    lo = max(p * s, s - rb)
+    return float(x[d] - m) - math.log(hi) <= math.log(u) <= float(x[d] - m) - math.log(lo)
+
+
+def test_stochastic_top_p_level_masses_decide_what_x2_leaves_pending():
+    """Rows of a peak (value 0), a runner-up (-0.7: e = 0.5) and a flat tail (-8.3 +- noise, half the peak's
+    mass), top-p 0.9, the peak drafted: the kept set ends in the tail, so the first kept token's mass is
+    about 2.5e-4, but X2 (the runner-up) bounds it by 0.5 and leaves about one test in eight undecided. The
+    masses at or above x_d - 2 ... x_d - 16 bound it by e^-8 and decide them all. Same tokens as the reference."""
+    r, v = 32, 2048
+    step = synthetic_step(130, v, r, 1, greedy_frac=0.0, filters=False, ks=[1] * r)
+    g = torch.Generator().manual_seed(131)
+    logits = -8.3 + 0.1 * torch.randn(2 * r, v, generator=g)
+    drafts = step.draft_token_ids.clone()
+    for row in range(2 * r):
+        peak, second = torch.randperm(v, generator=g)[:2].tolist()
+        logits[row, peak], logits[row, second] = 0.0, -0.7
+        drafts[row] = peak if row % 2 == 0 else -1
+    step.logits, step.draft_token_ids = logits, drafts
+    step.temperature = torch.ones(r)
+    step.top_p = torch.full((r,), 0.9)
+    from replay_harness.oracle import rng as oracle_rng
+
+    u = oracle_rng.accept_uniform(step.seed, step.positions[0::2].long())
+    by_x2 = sum(x2_pending(logits[2 * q], int(drafts[2 * q]), 0.9, float(u[q])) for q in range(r))
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    state = impl.prepare(step)
+    tokens, counts = impl.launch(state)
+    compare(step, impl.result(state, tokens, counts), ReferenceSampler().sample(step))
+    assert by_x2 >= 3 and pending_requests(state) == 0, (by_x2, pending_requests(state))
 
 
 def test_stochastic_top_p_bounds_drafts_at_the_cut():
