@@ -109,7 +109,10 @@ def bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, thr, 
     return verdict
 
 
-FALLBACK_GRID_ROWS = 32  # programs along rows of the fallback's filter passes (each serves every 32nd listed row)
+# Programs along rows of the fallback's filter passes (each serves every 8th listed row): a step lists 3-5 rows
+# when one request is pending, none most often; 8 instead of 32 made the 13 idle search rounds 25.5 -> 14.1 µs
+# (R = 64, k = 4; docs/BENCHMARKS.md, twenty-fourth session).
+FALLBACK_GRID_ROWS = 8
 LIST_BLOCK = 1024        # rows a step of the one-program listing reads
 
 
