@@ -267,9 +267,9 @@ class OneLaunchScratch:
 
     @classmethod
     def allocate(cls, num_requests: int, vocab: int, check_span: int, device, draw_block: int | None = None,
-                 programs: int | None = None) -> "OneLaunchScratch":
+                 programs: int | None = None, maxnreg: int = ONE_LAUNCH_MAXNREG) -> "OneLaunchScratch":
         """``programs`` None: one program a draw span (P = draw splits), 1 under ``TRITON_INTERPRET=1``;
-        ``draw_block`` None: DRAW_BLOCK."""
+        ``draw_block`` None: DRAW_BLOCK; ``maxnreg``: the register cap of the launch that uses it."""
         r = max(num_requests, 1)
         draw_block = draw_block or DRAW_BLOCK
         draw_splits = max(1, triton.cdiv(vocab, draw_block))
@@ -284,7 +284,7 @@ class OneLaunchScratch:
                    plow=torch.empty((r, check_splits), **f32), pcnt=torch.empty((r, check_splits), **i32),
                    sync=torch.zeros(r, **i32), exits=torch.zeros(r + 1, **i32), draw_block=draw_block,
                    draw_splits=draw_splits, check_span=check_span, check_splits=check_splits,
-                   programs=max(1, min(programs, draw_splits)))
+                   programs=max(1, min(programs, draw_splits)), maxnreg=maxnreg)
 
 
 def interpreting() -> bool:
@@ -344,4 +344,3 @@ def launch_one(s: OneLaunchScratch, logits, mode, row, params, seed, positions, 
     ``seed`` [R] int64, ``positions`` [N] int64, ``counts_init`` / ``counts`` [R] int32, ``tokens`` [R, W] int64."""
     launch(_one_launch_kernel, (mode.numel(), s.programs),
            *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens), **launch_options(s))
-

@@ -103,10 +103,8 @@ def allocate(num_requests: int, vocab: int, check_span: int, device, miss: Seque
     programs_cap = shape(miss, force)
     if programs_cap is None:
         return None
-    s = OneLaunchScratch.allocate(min(max(num_requests, 1), OPEN_ROW_SLOTS), vocab, check_span, device,
-                                  programs=1 if interpreting() else programs_cap[0])
-    s.maxnreg = programs_cap[1]
-    return s
+    return OneLaunchScratch.allocate(min(max(num_requests, 1), OPEN_ROW_SLOTS), vocab, check_span, device,
+                                     programs=1 if interpreting() else programs_cap[0], maxnreg=programs_cap[1])
 
 
 def launcher(s: OneLaunchScratch, cs, logits, row, slot, dtok, params, seed, positions, top, tokens):

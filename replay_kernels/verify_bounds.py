@@ -48,7 +48,7 @@ import triton.language as tl
 from .filters import FilterScratch, launch_filters
 from .launches import launch
 from .partials import block_max
-from .verify_stats import FAR_GAP, NEAR_GAP, spans_sum
+from .verify_stats import FAR_GAP, NEAR_GAP, PLANE_FAR, PLANE_NEAR, PLANE_RB, PLANE_X2, spans_sum
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
 LOG_MARGIN = tl.constexpr(1e-5)   # absolute, on the log-domain comparison
@@ -70,9 +70,9 @@ def first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB, 
     ``t = x_d - NEAR_GAP`` or ``x_d - FAR_GAP`` whose mass at or above it is below ``p S``: the kept set holds at
     least ``p S`` (within rounding: BOUND_TOL), so it reaches below ``t``."""
     ec = tl.exp(x2 - gm)
-    if spans_sum(smax_ptr, sbound_ptr + 2 * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
+    if spans_sum(smax_ptr, sbound_ptr + PLANE_NEAR * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
         ec = tl.minimum(ec, tl.exp(xd - NEAR_GAP - gm))
-    if spans_sum(smax_ptr, sbound_ptr + 3 * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
+    if spans_sum(smax_ptr, sbound_ptr + PLANE_FAR * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
         ec = tl.minimum(ec, tl.exp(xd - FAR_GAP - gm))
     return ec
 
@@ -83,9 +83,9 @@ def bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, thr, 
     min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp; Rb, X2 and the level
     masses in the planes of ``sbound``, verify_stats.span_stats)."""
     gm = block_max(smax_ptr, base, NB, CHUNK)
-    x2 = block_max(sbound_ptr + bstride, base, NB, CHUNK)
+    x2 = block_max(sbound_ptr + PLANE_X2 * bstride, base, NB, CHUNK)
     S = spans_sum(smax_ptr, ssum_ptr, gm, base, NB, CHUNK)
-    rb = spans_sum(smax_ptr, sbound_ptr, gm, base, NB, CHUNK)
+    rb = spans_sum(smax_ptr, sbound_ptr + PLANE_RB * bstride, gm, base, NB, CHUNK)
     verdict = VERDICT_REJECT + tl.zeros((), tl.int32)
     if xd > float("-inf"):
         ed = tl.exp(xd - gm)

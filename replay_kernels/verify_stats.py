@@ -26,7 +26,9 @@ from .params import process_loaded
 # four at 2, 4, 8, 16 did (fewer block sums a tile; docs/BENCHMARKS.md, twenty-fourth session).
 NEAR_GAP = tl.constexpr(4.0)
 FAR_GAP = tl.constexpr(8.0)
-BOUND_PLANES = 4  # planes of a bounded row's span stats: Rb, X2, the masses at or above x_d - NEAR_GAP, x_d - FAR_GAP
+# Planes of a bounded row's span stats (``sbound``): Rb, X2, the masses at or above x_d - NEAR_GAP and x_d - FAR_GAP.
+PLANE_RB, PLANE_X2, PLANE_NEAR, PLANE_FAR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
+BOUND_PLANES = 4
 
 
 @triton.jit
@@ -91,8 +93,8 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
                 HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr):
     """The stats of lanes [lo, hi) of one verify row, stored at ``out``: raw max + left-most argmax
     (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
-    ``bounded`` rows also, at ``sbound + j * bstride + out``: (j = 0) the mass and (1) the largest value strictly
-    before the draft ``d``, (2, 3) the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``
+    ``bounded`` rows also, at ``sbound + plane * bstride + out``: the mass (PLANE_RB) and the largest value
+    (PLANE_X2) strictly before the draft ``d``, the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``
     (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out)."""
     if greedy:
         best = tl.full((), float("-inf"), tl.float32)
@@ -144,10 +146,10 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
         tl.store(smax_ptr + out, m)
         tl.store(ssum_ptr + out, s)
         if bounded:
-            tl.store(sbound_ptr + out, rb)
-            tl.store(sbound_ptr + bstride + out, x2)
-            tl.store(sbound_ptr + 2 * bstride + out, hn)
-            tl.store(sbound_ptr + 3 * bstride + out, hf)
+            tl.store(sbound_ptr + PLANE_RB * bstride + out, rb)
+            tl.store(sbound_ptr + PLANE_X2 * bstride + out, x2)
+            tl.store(sbound_ptr + PLANE_NEAR * bstride + out, hn)
+            tl.store(sbound_ptr + PLANE_FAR * bstride + out, hf)
         if HAS_DRAFT:
             tl.store(dmax_ptr + out, qm)
             tl.store(dsum_ptr + out, qs)

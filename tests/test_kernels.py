@@ -22,6 +22,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from replay_harness.impls.reference import ReferenceSampler  # noqa: E402
+from replay_harness.oracle import rng as oracle_rng  # noqa: E402
 from replay_harness.oracle.near_tie import is_near_tie  # noqa: E402
 from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params  # noqa: E402
 from replay_harness.recording.step import ROUTE_CODE, Step  # noqa: E402
@@ -366,8 +367,6 @@ def _tie_step(seed: int, pos: int, tok: int, x_tok: float, candidates: torch.Ten
     """One request (V = 8,192, the rest at -30): token 5 at 18.8 - its noise, ``tok`` at ``x_tok``, and the first
     of ``candidates`` (a power-of-two count) whose logit makes its fp32 score equal tok's in the kernels' own
     noise (and whose noise is below 4). Returns the step and that token."""
-    from replay_harness.oracle import rng as oracle_rng
-
     best = torch.tensor(x_tok, dtype=torch.float32) + _kernel_noise(seed, pos, torch.tensor([tok], dtype=torch.int32,
                                                                                         device=DEVICE))[0]
     noise = _kernel_noise(seed, pos, candidates.to(torch.int32).to(DEVICE))
@@ -393,8 +392,6 @@ def test_draw_scores_the_listed_token_its_tile_skips(impl):
     """Every other token sits at -30 but one (id 5, scored first) at 18.8 - noise: tile 1708's max (0) plus
     the tiles' noise bound (16.6: one program a row lists 256 hashes) is below 18.8, so the tile is skipped
     after the load; token 1708 still wins with 0 + 20.31, listed by its hash. Without the list the draw emits 5."""
-    from replay_harness.oracle import rng as oracle_rng
-
     seed, pos, tok, vocab = LISTED["seed"], LISTED["pos"], LISTED["token"], LISTED["vocab"]
     assert int(oracle_rng.murmur3_hash32(seed, pos, tok)) == 6
     logits = torch.full((1, vocab), -30.0)
@@ -420,8 +417,6 @@ def test_draw_ties_across_programs_go_to_the_smaller_id():
     """Token 331 (hash 528: listed by program 2 of 16) ties in fp32 with a token k > 331 that program 0 finds
     in its tiles, while its own tile is skipped (3.5 + 13.9 < 18.8). The last program's reduce must take the
     smallest id among equal partials, not the first partial (which holds k)."""
-    from replay_harness.oracle import rng as oracle_rng
-
     seed, pos, tok = 12992, 77, 331
     assert int(oracle_rng.murmur3_hash32(seed, pos, tok)) == 528
     step, _ = _tie_step(seed, pos, tok, 3.5, torch.arange(384, 512))  # k after 331's tile [320, 384)
@@ -459,8 +454,6 @@ def test_draw_of_rows_without_finite_tiles_ends_like_the_reference(fill, finite)
 def boost_listed(step: Step, row_hashes: int, seed: int) -> tuple[Step, int]:
     """The step with each row's tokens of hash below ``row_hashes`` given a logit that makes their noised score
     win or lose by 0.01 against the row's best other score (SYNTHETIC); returns it and the number of them."""
-    from replay_harness.oracle import rng as oracle_rng
-
     g = torch.Generator().manual_seed(seed)
     logits = step.logits.float().clone()
     cu = step.cu_num_logits.tolist()
@@ -672,8 +665,6 @@ def test_stochastic_top_p_level_masses_decide_what_x2_leaves_pending():
     step.logits, step.draft_token_ids = logits, drafts
     step.temperature = torch.ones(r)
     step.top_p = torch.full((r,), 0.9)
-    from replay_harness.oracle import rng as oracle_rng
-
     u = oracle_rng.accept_uniform(step.seed, step.positions[0::2].long())
     by_x2 = sum(x2_pending(logits[2 * q], int(drafts[2 * q]), 0.9, float(u[q])) for q in range(r))
     impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
