@@ -48,6 +48,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .ex2 import exp_terms
 from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch
 from .partials import last_to_arrive
 from .filters import FILTER_SPAN
@@ -115,7 +116,7 @@ def _tile_sums(x, offs, start, acc_all, acc_low, acc_cnt, V, t, floor, xc, c, kk
     if kk < V:
         acc_cnt += (x > xc).to(tl.int32)
     if p < 1.0:
-        e = tl.where(x >= floor, tl.exp(x - M), 0.0)
+        e = tl.where(x >= floor, exp_terms(x - M), 0.0)
         acc_all += e
         if start + BLOCK <= c + 1:  # every lane at or before c
             acc_low += tl.where(x <= xc, e, 0.0)

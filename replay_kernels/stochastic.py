@@ -70,7 +70,7 @@ from .params import RowParams, host_step, launch_params, prepare_params
 from .rng import accept_uniform
 from .verify_bounds import (VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_OPEN, WALK_PENDING,
                            Fallback, bounded_verdict, launch_fallback)
-from .verify_stats import BOUND_PLANES, global_lse, processed_at, span_stats
+from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, global_lse, processed_at, span_stats
 
 # The position launches' tile, span per program and warps: fixed (they set the order of each row's fp32 sums,
 # and tokens must not depend on the batch); measured in docs/KERNELS.md "Position launch shape".
@@ -437,7 +437,7 @@ class StochasticSampler(LaunchSampler):
         fused = s.fused and not exact
         slots = s.positions_launched if fused else 1
         bounded = (s.fallback is not None) and not exact
-        maxnreg = None if bounded or exact else self.position_maxnreg  # the top-p variants' extra state spills
+        maxnreg = BOUND_MAXNREG if bounded else None if exact else self.position_maxnreg  # exact: uncapped
         for i in range(1 if fused else s.positions_launched):
             launch(_position_kernel, (s.tokens.shape[0], s.num_stats_blocks, slots),
                    i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .ex2 import exp_terms
 from .partials import block_max
 from .params import process_loaded
 
@@ -29,6 +30,9 @@ FAR_GAP = tl.constexpr(8.0)
 # Planes of a bounded row's span stats (``sbound``): Rb, X2, the masses at or above x_d - NEAR_GAP and x_d - FAR_GAP.
 PLANE_RB, PLANE_X2, PLANE_NEAR, PLANE_FAR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
 BOUND_PLANES = 4
+# A bounded span's second pass: tiles of this many lanes (five per-lane accumulators: 8 registers each at 4 warps).
+BOUND_SUM_BLOCK = tl.constexpr(1024)
+BOUND_MAXNREG = None  # register cap of the position launches with bounded rows
 
 
 @triton.jit
@@ -43,7 +47,7 @@ def online(m, acc, x):
     """Running (max, sum of exp(x - max)) after adding the tile ``x`` (one rescale per tile)."""
     m_new = tl.maximum(m, tl.max(x, axis=0))
     if m_new > float("-inf"):
-        acc = acc * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
+        acc = acc * tl.exp(m - m_new) + tl.sum(exp_terms(x - m_new), axis=0)  # a -inf lane: exp(-inf) = +0
     return m_new, acc
 
 
@@ -68,16 +72,41 @@ def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def tile_before(x, offs, xd, d, e, rb, x2, hn, hf, scale):
-    """Rescaled running (mass strictly before d, largest value strictly before d, masses at or above the levels
-    ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``) after one tile; ``e = exp(x - m_new)`` (0 on -inf lanes),
-    ``scale = exp(m_old - m_new)``."""
-    before = (x < xd) | ((x == xd) & (offs < d))
-    rb = rb * scale + tl.sum(tl.where(before, e, 0.0), axis=0)
-    x2 = tl.maximum(x2, tl.max(tl.where(before, x, float("-inf")), axis=0))
-    hn = hn * scale + tl.sum(tl.where(x >= xd - NEAR_GAP, e, 0.0), axis=0)
-    hf = hf * scale + tl.sum(tl.where(x >= xd - FAR_GAP, e, 0.0), axis=0)
-    return rb, x2, hn, hf
+def span_bounds(row_base, lo, hi, d, xd, t, cv, ci, BLOCK: tl.constexpr, SUM_BLOCK: tl.constexpr):
+    """A bounded row's stats over lanes [lo, hi): (max, sum of exp(x - max), the mass (Rb) and the largest value
+    (X2) strictly before the draft ``d``, the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``), each
+    exp taken against the span's max. Two passes: the per-lane max over tiles of BLOCK (one block reduction at
+    the end), then the span again (from L1 / L2) in tiles of SUM_BLOCK, per-lane sums and a per-lane max reduced
+    once each at the end: six block reductions a span instead of six a tile, and no rescaling. The order of the
+    sums differs from :func:`online`'s; only the bounds read them, with a margin (verify_bounds.BOUND_TOL)."""
+    lane_max = tl.full((BLOCK,), float("-inf"), tl.float32)
+    raw_next = load_tile(row_base, lo, hi, BLOCK)
+    for start in range(lo, hi, BLOCK):
+        raw = raw_next
+        raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is compared
+        lane_max = tl.maximum(lane_max, process_loaded(raw, start + tl.arange(0, BLOCK), t, cv, ci))
+    m = tl.max(lane_max, axis=0)
+    acc_s = tl.zeros((SUM_BLOCK,), tl.float32)
+    acc_rb = tl.zeros((SUM_BLOCK,), tl.float32)
+    acc_x2 = tl.full((SUM_BLOCK,), float("-inf"), tl.float32)
+    acc_hn = tl.zeros((SUM_BLOCK,), tl.float32)
+    acc_hf = tl.zeros((SUM_BLOCK,), tl.float32)
+    if m > float("-inf"):
+        sub_next = load_tile(row_base, lo, hi, SUM_BLOCK)
+        for start in range(lo, hi, SUM_BLOCK):
+            offs = start + tl.arange(0, SUM_BLOCK)
+            sub = sub_next
+            sub_next = load_tile(row_base, start + SUM_BLOCK, hi, SUM_BLOCK)
+            x = process_loaded(sub, offs, t, cv, ci)
+            e = exp_terms(x - m)  # a -inf lane: +0
+            before = (x < xd) | ((x == xd) & (offs < d))
+            acc_s += e
+            acc_rb += tl.where(before, e, 0.0)
+            acc_x2 = tl.maximum(acc_x2, tl.where(before, x, float("-inf")))
+            acc_hn += tl.where(x >= xd - NEAR_GAP, e, 0.0)
+            acc_hf += tl.where(x >= xd - FAR_GAP, e, 0.0)
+    return (m, tl.sum(acc_s, axis=0), tl.sum(acc_rb, axis=0), tl.max(acc_x2, axis=0), tl.sum(acc_hn, axis=0),
+            tl.sum(acc_hf, axis=0))
 
 
 @triton.jit
@@ -110,46 +139,35 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
         tl.store(smax_ptr + out, best)
         tl.store(sarg_ptr + out, best_idx)
     else:
-        m = tl.full((), float("-inf"), tl.float32)
-        s = tl.zeros((), tl.float32)
-        qm = tl.full((), float("-inf"), tl.float32)
-        qs = tl.zeros((), tl.float32)
-        rb = tl.zeros((), tl.float32)
-        x2 = tl.full((), float("-inf"), tl.float32)
-        hn = tl.zeros((), tl.float32)
-        hf = tl.zeros((), tl.float32)
-        raw_next = load_tile(row_base, lo, hi, BLOCK)
-        q_next = raw_next  # a placeholder without draft logits (never read)
-        if HAS_DRAFT:
-            q_next = load_tile(draft_base, lo, hi, BLOCK)
-        for start in range(lo, hi, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            raw = raw_next
-            raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is summed
-            q = q_next
-            if HAS_DRAFT:
-                q_next = load_tile(draft_base, start + BLOCK, hi, BLOCK)
-            x = process_loaded(raw, offs, t, cv, ci)
-            if bounded:
-                m_new = tl.maximum(m, tl.max(x, axis=0))
-                if m_new > float("-inf"):
-                    scale = tl.exp(m - m_new)
-                    e = tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0)
-                    s = s * scale + tl.sum(e, axis=0)
-                    rb, x2, hn, hf = tile_before(x, offs, xd, d, e, rb, x2, hn, hf, scale)
-                m = m_new
-            else:
-                m, s = online(m, s, x)
-            if HAS_DRAFT:
-                q = tl.math.div_rn(q.to(tl.float32), temp)
-                qm, qs = online(qm, qs, tl.where(q != q, float("-inf"), q))
-        tl.store(smax_ptr + out, m)
-        tl.store(ssum_ptr + out, s)
         if bounded:
+            m, s, rb, x2, hn, hf = span_bounds(row_base, lo, hi, d, xd, t, cv, ci, BLOCK, BOUND_SUM_BLOCK)
             tl.store(sbound_ptr + PLANE_RB * bstride + out, rb)
             tl.store(sbound_ptr + PLANE_X2 * bstride + out, x2)
             tl.store(sbound_ptr + PLANE_NEAR * bstride + out, hn)
             tl.store(sbound_ptr + PLANE_FAR * bstride + out, hf)
-        if HAS_DRAFT:
-            tl.store(dmax_ptr + out, qm)
-            tl.store(dsum_ptr + out, qs)
+        else:
+            m = tl.full((), float("-inf"), tl.float32)
+            s = tl.zeros((), tl.float32)
+            qm = tl.full((), float("-inf"), tl.float32)
+            qs = tl.zeros((), tl.float32)
+            raw_next = load_tile(row_base, lo, hi, BLOCK)
+            q_next = raw_next  # a placeholder without draft logits (never read)
+            if HAS_DRAFT:
+                q_next = load_tile(draft_base, lo, hi, BLOCK)
+            for start in range(lo, hi, BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                raw = raw_next
+                raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is summed
+                q = q_next
+                if HAS_DRAFT:
+                    q_next = load_tile(draft_base, start + BLOCK, hi, BLOCK)
+                m, s = online(m, s, process_loaded(raw, offs, t, cv, ci))
+                if HAS_DRAFT:
+                    q = tl.math.div_rn(q.to(tl.float32), temp)
+                    qm, qs = online(qm, qs, tl.where(q != q, float("-inf"), q))
+            if HAS_DRAFT:
+                tl.store(dmax_ptr + out, qm)
+                tl.store(dsum_ptr + out, qs)
+        tl.store(smax_ptr + out, m)
+        tl.store(ssum_ptr + out, s)
+
