@@ -10,7 +10,8 @@ Where it is used, every term goes into a sum that also holds the term of its own
 span's or row's sum-exp (``verify_stats``) and sample-and-check's masses, whose verdict divides by the row's
 ``S >= 1`` (``sample_check``). A term below 2^-126 is less than 2^-102 of an ulp of such a sum, and all of a
 span's together (8,192 of them) less than 2^-89: rounding to nearest drops them, so the sums, and with them the
-tokens, are the ones ``tl.exp`` gives (checked on the GPU: tools/ab_kernels.py compares the tokens of both).
+tokens, are the ones ``tl.exp`` gives (checked on the GPU: tests/test_ex2.py, and tools/ab_kernels.py compares
+the tokens of both in every step).
 Under ``TRITON_INTERPRET=1`` (no inline assembly there) it is ``tl.exp`` itself, the CPU's values as before.
 """
 from __future__ import annotations

@@ -128,7 +128,8 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
     (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
     ``bounded`` rows also, at ``sbound + plane * bstride + out``: the mass (PLANE_RB) and the largest value
     (PLANE_X2) strictly before the draft ``d``, the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``
-    (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out)."""
+    (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out; steps with draft logits
+    have no bounded row: ``prepare_params(check=draft is None)``, so a bounded row writes no draft stats)."""
     if greedy:
         best = tl.full((), float("-inf"), tl.float32)
         best_idx = lo
@@ -174,4 +175,3 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
                 tl.store(dsum_ptr + out, qs)
         tl.store(smax_ptr + out, m)
         tl.store(ssum_ptr + out, s)
-
