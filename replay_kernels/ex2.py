@@ -1,28 +1,31 @@
 """``exp`` of the per-element softmax terms in one ``MUFU.EX2`` instruction on the GPU.
 
 On sm_90 ``tl.exp(x)`` is ``ex2.approx.f32(x * log2(e))`` (the product rounded to fp32) and ptxas expands that
-instruction to keep results below 2^-126 as denormals: a compare, two predicated multiplies and the ``MUFU.EX2``,
-with the multiply by log2(e) six instructions an element. :func:`exp_terms` computes the same product and
-``ex2.approx.ftz.f32``: the same value bit for bit wherever the result is at least 2^-126, and +0 below (ftz),
-in two instructions.
+instruction to keep results below 2^-126 as denormals: the multiply, a compare, two predicated multiplies and the
+``MUFU.EX2``, five instructions an element. :func:`exp_terms` computes the same product and ``ex2.approx.ftz.f32``:
+the same value bit for bit wherever the result is at least 2^-126, and +0 below (ftz), in two instructions.
 
-Where it is used, every term goes into a sum that also holds the term of its own maximum, ``exp(0) = 1``: a
-span's or row's sum-exp (``verify_stats``) and sample-and-check's masses, whose verdict divides by the row's
-``S >= 1`` (``sample_check``). A term below 2^-126 is less than 2^-102 of an ulp of such a sum, and all of a
-span's together (8,192 of them) less than 2^-89: rounding to nearest drops them, so the sums, and with them the
-tokens, are the ones ``tl.exp`` gives (checked on the GPU: tests/test_ex2.py, and tools/ab_kernels.py compares
-the tokens of both in every step).
-Under ``TRITON_INTERPRET=1`` (no inline assembly there) it is ``tl.exp`` itself, the CPU's values as before.
+Why the sums it enters come out as with ``tl.exp`` (the uses: ``verify_stats`` sum-exp of a tile and the bounded
+sums, ``sample_check``'s masses ``S`` and ``low(c)``): a flushed term is below 2^-126; the sums that decide a token
+are at least 1 (a row's sum-exp and ``S`` hold their maximum's term, exp(0)), at least ``1 - p`` >= 2^-24 where
+``low(c) / S`` is compared with ``1 - p``, or read with a relative margin of 1e-4 (the bounded verify sums,
+``verify_bounds.BOUND_TOL``). A tile whose maximum is below the running one, a per-lane accumulator or a span's
+partial may itself be tiny; a change below 2^-100 of it reaches such a decided sum only through a rounding tie
+at every addition on the way up (about 2^-100 on real data), and then as one ulp: the near-tie class of the fp32
+sums (docs/KERNELS.md), not a new one. ``low(c) == S`` compares two sums of the same terms either way. Checked on
+the GPU: tests/test_ex2.py (terms; sums with -inf lanes and tiles below the running maximum), and
+tools/ab_kernels.py found the tokens equal in every step raced. Under ``TRITON_INTERPRET`` (no inline assembly
+there) it is ``tl.exp`` itself, the CPU's values as before.
 """
 from __future__ import annotations
-
-import os
 
 import triton
 import triton.language as tl
 
+from .interpret import interpreting
+
 LOG2E = tl.constexpr(1.4426950408889634)  # rounded to fp32 in the kernel: 0x3FB8AA3B, tl.exp's own constant
-FTZ = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")  # inline PTX: compiled kernels only
+FTZ = tl.constexpr(not interpreting())  # inline PTX: compiled kernels only (decided at import, as triton.jit does)
 
 
 @triton.jit

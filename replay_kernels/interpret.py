@@ -15,6 +15,18 @@ Triton release lacks either, :func:`skip_repeated_patching` changes nothing and 
 """
 from __future__ import annotations
 
+import os
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET`` set to 1, true, yes or on: Triton's own
+    reading of it, ``triton.knobs.runtime.interpret``, where the release has knobs)."""
+    try:
+        import triton
+        return bool(triton.knobs.runtime.interpret)
+    except (ImportError, AttributeError):
+        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
 
 def skip_repeated_patching() -> bool:
     """Install the skip (once); True when installed or already there."""

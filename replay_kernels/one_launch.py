@@ -41,7 +41,6 @@ four requests: :mod:`replay_kernels.open_rows`.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -49,6 +48,7 @@ import triton
 import triton.language as tl
 
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
+from .interpret import interpreting
 from .launches import launch
 from .bound_rules import keep_mask
 from .params import process_loaded
@@ -285,10 +285,6 @@ class OneLaunchScratch:
                    sync=torch.zeros(r, **i32), exits=torch.zeros(r + 1, **i32), draw_block=draw_block,
                    draw_splits=draw_splits, check_span=check_span, check_splits=check_splits,
                    programs=max(1, min(programs, draw_splits)), maxnreg=maxnreg)
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts_init, counts, tokens) -> tuple:

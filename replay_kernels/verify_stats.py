@@ -4,7 +4,7 @@ A verify row is read in spans of ``SPAN`` elements (tiles of ``BLOCK``), one pro
 the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
 exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
 the mass and largest value strictly before the draft and two level masses (:func:`span_bounds`, two passes over
-the span; replay_kernels/verify_bounds.py). The terms' exp is ``ex2.exp_terms`` (one instruction; the same sums).
+the span; replay_kernels/verify_bounds.py). The terms' exp is ``ex2.exp_terms`` (two instructions instead of five; the same sums).
 The accept tests add the spans in span order (``partials.block_max`` and :func:`spans_sum`, in
 :func:`global_lse` and ``verify_bounds.bounded_verdict``), so a row's sums depend on SPAN and BLOCK only,
 never on the batch or on how the launches are laid out.
@@ -33,8 +33,9 @@ PLANE_RB, PLANE_X2, PLANE_NEAR, PLANE_FAR = tl.constexpr(0), tl.constexpr(1), tl
 BOUND_PLANES = 4
 # A bounded span's second pass: tiles of this many lanes (five per-lane accumulators: 8 registers each at 4 warps;
 # 96 registers a thread, 5 programs an SM). The launches with bounded rows are uncapped: measured (H200, verify k=4
-# + top-p 0.9 R = 64, 20 steps; docs/BENCHMARKS.md twenty-fifth session) 1,024 at a cap of 80 (16 B of stack, 6 an
-# SM) +1.8%, 512 uncapped (78 registers) and 512 at 72 (7 an SM) within 1% of 1,024 uncapped.
+# + top-p 0.9, 20 steps, before ex2; docs/BENCHMARKS.md twenty-fifth session) at R = 64 1,024 at a cap of 80 (16 B of
+# stack, 6 an SM) +1.8%, 512 uncapped (78 registers) and 512 at 72 (7 an SM) within 1% of 1,024 uncapped; at R = 8
+# 512 was 3% faster (106.1 against 109.5 µs), not raced again with ex2.
 BOUND_SUM_BLOCK = tl.constexpr(1024)
 BOUND_MAXNREG = None
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import torch
 
@@ -50,6 +52,54 @@ def test_terms_equal_tl_exp_above_the_normal_range_and_zero_below():
     assert fast[x.numel() - 4].item() == 0.0  # exp(-inf)
 
 
+@triton.jit
+def _tiled_kernel(x_ptr, out_ptr, TILES: tl.constexpr, BLOCK: tl.constexpr):
+    """Per row of TILES x BLOCK lanes, both ways: verify_stats.online's running sum (tiles whose maximum is far
+    below the running one add only tiny terms) and sample_check's per-lane accumulators against the row max,
+    with a low(c)-like sum of the lanes at or below the row's median value."""
+    r = tl.program_id(0)
+    base = x_ptr + r * TILES * BLOCK
+    M = tl.max(tl.load(base + tl.arange(0, TILES * BLOCK)), axis=0)
+    m = tl.full((), float("-inf"), tl.float32)
+    fast = tl.zeros((), tl.float32)
+    ref = tl.zeros((), tl.float32)
+    lane_fast = tl.zeros((BLOCK,), tl.float32)
+    lane_ref = tl.zeros((BLOCK,), tl.float32)
+    low_fast = tl.zeros((BLOCK,), tl.float32)
+    low_ref = tl.zeros((BLOCK,), tl.float32)
+    for j in range(TILES):
+        x = tl.load(base + j * BLOCK + tl.arange(0, BLOCK))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        fast = fast * tl.exp(m - m_new) + tl.sum(exp_terms(x - m_new), axis=0)
+        ref = ref * tl.exp(m - m_new) + tl.sum(tl.where(x > float("-inf"), tl.exp(x - m_new), 0.0), axis=0)
+        m = m_new
+        e_fast = exp_terms(x - M)
+        e_ref = tl.exp(x - M)
+        lane_fast += e_fast
+        lane_ref += e_ref
+        low_fast += tl.where(x <= M - 50.0, e_fast, 0.0)
+        low_ref += tl.where(x <= M - 50.0, e_ref, 0.0)
+    tl.store(out_ptr + r * 6 + 0, fast)
+    tl.store(out_ptr + r * 6 + 1, ref)
+    tl.store(out_ptr + r * 6 + 2, tl.sum(lane_fast, axis=0))
+    tl.store(out_ptr + r * 6 + 3, tl.sum(lane_ref, axis=0))
+    tl.store(out_ptr + r * 6 + 4, tl.sum(low_fast, axis=0) / tl.sum(lane_fast, axis=0))
+    tl.store(out_ptr + r * 6 + 5, tl.sum(low_ref, axis=0) / tl.sum(lane_ref, axis=0))
+
+
+def test_running_and_per_lane_sums_equal_tl_exp_when_tiles_sit_far_below_the_maximum():
+    """Tile j of a row sits 12 j below the first (randn x 8 within a tile): from the eighth tile on, its terms are
+    below 2^-126 against the running maximum, and whole per-lane accumulators are made of them."""
+    g = torch.Generator().manual_seed(7)
+    tiles, block = 16, 1024
+    x = torch.randn(32, tiles, block, generator=g) * 8.0 - 12.0 * torch.arange(tiles).view(1, tiles, 1)
+    x = x[:, torch.randperm(tiles, generator=g)].reshape(32, -1).contiguous().to(DEVICE)  # the maximum anywhere
+    out = torch.empty(32, 6, device=DEVICE)
+    _tiled_kernel[(32,)](x, out, TILES=tiles, BLOCK=block)
+    assert torch.equal(out[:, 0], out[:, 1]) and torch.equal(out[:, 2], out[:, 3])
+    assert torch.equal(out[:, 4], out[:, 5])  # the share at or below M - 50: tiny, equal, and so the same verdict
+
+
 @pytest.mark.parametrize("spread", [3.0, 30.0, 60.0])
 def test_softmax_sums_equal_tl_exp_bit_for_bit(spread):
     """Rows whose terms reach far below 2^-126 (randn x 30 or 60): the flushed terms change no sum."""
@@ -61,3 +111,12 @@ def test_softmax_sums_equal_tl_exp_bit_for_bit(spread):
     ref = torch.empty(64, device=DEVICE)
     _sums_kernel[(64,)](x, fast, ref, BLOCK=2048)
     assert torch.equal(fast, ref)
+
+
+@pytest.mark.parametrize("value", ["1", "true", "on"])
+def test_no_inline_assembly_under_any_spelling_of_triton_interpret(value):
+    """Triton interprets for TRITON_INTERPRET=1, true, yes or on; so must ex2 (inline PTX cannot be interpreted)."""
+    code = "from replay_kernels import ex2; print(bool(ex2.FTZ))"
+    env = {**os.environ, "TRITON_INTERPRET": value}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-500:]
