@@ -2,7 +2,9 @@
 # Twenty-fifth session, call 4: the first draw's tail (the last program of a row: the token, the row's top and
 # whether one lane holds it) with every load before its first store, and the held-once recount two tiles a load
 # (partials.RECOUNT_TILES), on top of call 3's tree. A/B against scratch/s25base (git archive 60eb993) and
-# scratch/s25c3 (git archive 2861f19, call 3's tree); rc1 = the tree with one tile a load. Then tests/test_ex2.py and the GPU tests of
+# scratch/s25c3 (git archive 2861f19, call 3's tree); rc1 = the tree with one tile a load. Not adopted: the tree
+# of this call is 2861f19 + first_draw_tail.patch (this folder; rewritten from the session's edit after the call,
+# same sm_90 compile size within 16 instructions). To rerun: apply it to a copy and point --variant tree at it. Then tests/test_ex2.py and the GPU tests of
 # sample-and-check.
 # run(command="timeout 590 bash docs/bench/2026-12-03-h200-s25/scripts/call4.sh", carry=["scratch"])
 set -u
