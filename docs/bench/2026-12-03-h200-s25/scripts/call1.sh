@@ -4,6 +4,8 @@
 # against scratch/s25base (git archive 60eb993). Variants of the tree: the second pass's tile BOUND_SUM_BLOCK
 # (1024: 96 registers, 5 programs an SM; 512: 78, 6) and the register cap of the bounded launches
 # (stochastic.BOUND_MAXNREG: 1024 at 80 = 16 B stack, 6 an SM; 512 at 72 = no stack, 7 an SM). GPU kernel tests.
+# The tree of this call was the working tree before ex2.py: 2861f19 with tl.exp for exp_terms and online's
+# where(x > -inf) (2861f19 with --set "v:ex2.FTZ=tl.constexpr(False)" differs from it by that where only).
 # run(command="timeout 590 bash docs/bench/2026-12-03-h200-s25/scripts/call1.sh", carry=["scratch"])
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
