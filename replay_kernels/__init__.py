@@ -1,7 +1,5 @@
 """Triton kernels and device functions used by the replay harness."""
-import os
+from .interpret import interpreting, skip_repeated_patching
 
-if os.environ.get("TRITON_INTERPRET") == "1":  # the CPU path: skip the interpreter's repeated patching
-    from .interpret import skip_repeated_patching
-
+if interpreting():  # the CPU path: skip the interpreter's repeated patching
     skip_repeated_patching()

@@ -4,7 +4,8 @@ A verify row is read in spans of ``SPAN`` elements (tiles of ``BLOCK``), one pro
 the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
 exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
 the mass and largest value strictly before the draft and two level masses (:func:`span_bounds`, two passes over
-the span; replay_kernels/verify_bounds.py). The terms' exp is ``ex2.exp_terms`` (two instructions instead of five; the same sums).
+the span; replay_kernels/verify_bounds.py). The terms' exp is ``ex2.exp_terms`` (two instructions instead of five;
+the same sums).
 The accept tests add the spans in span order (``partials.block_max`` and :func:`spans_sum`, in
 :func:`global_lse` and ``verify_bounds.bounded_verdict``), so a row's sums depend on SPAN and BLOCK only,
 never on the batch or on how the launches are laid out.

@@ -56,7 +56,7 @@ def test_terms_equal_tl_exp_above_the_normal_range_and_zero_below():
 def _tiled_kernel(x_ptr, out_ptr, TILES: tl.constexpr, BLOCK: tl.constexpr):
     """Per row of TILES x BLOCK lanes, both ways: verify_stats.online's running sum (tiles whose maximum is far
     below the running one add only tiny terms) and sample_check's per-lane accumulators against the row max,
-    with a low(c)-like sum of the lanes at or below the row's median value."""
+    with a low(c)-like share: the mass of the lanes at or below M - 50 over the whole mass."""
     r = tl.program_id(0)
     base = x_ptr + r * TILES * BLOCK
     M = tl.max(tl.load(base + tl.arange(0, TILES * BLOCK)), axis=0)

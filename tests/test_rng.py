@@ -38,10 +38,11 @@ import triton.language as tl  # noqa: E402
 
 from replay_harness.oracle import rng as R  # noqa: E402
 from replay_kernels import rng as K  # noqa: E402
+from replay_kernels.interpret import interpreting  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 VLLM_ROOT = REPO_ROOT / ".peers" / "vllm_mrv2"
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRET = interpreting()
 DEVICE = "cpu" if INTERPRET else "cuda"
 
 needs_triton = pytest.mark.skipif(

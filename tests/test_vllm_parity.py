@@ -23,6 +23,7 @@ from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle.near_tie import is_near_tie
 from replay_harness.oracle.sampling_params import apply_sampling_params
 from replay_harness.recording.synthetic import Case, random_step
+from replay_kernels.interpret import interpreting
 
 pytestmark = pytest.mark.peers
 
@@ -45,7 +46,7 @@ def vllm():
         pytest.skip(str(e))
     from vllm.v1.worker.gpu.sample.gumbel import apply_temperature
 
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if interpreting():
         # Triton's interpreter has no libdevice.log1p; give vLLM's residual kernel log(1 + x) instead.
         # That only moves the residual by rounding, which the near-tie classification absorbs.
         from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rsu

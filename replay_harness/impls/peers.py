@@ -42,6 +42,7 @@ from replay_harness.impls.contract import LaunchSampler
 from replay_harness.oracle.sampling_params import apply_sampling_params, needs_processing
 from replay_harness.oracle.walk import verify_request
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
+from replay_kernels.interpret import interpreting
 
 PEERS_ENV = "REPLAY_PEERS"
 
@@ -76,7 +77,7 @@ def load_vllm(folder: str | None = None) -> tuple[Any, Any]:
             kernels = gpu_env.load_vllm_mrv2(folder or peers_dir())
         except Exception as e:  # noqa: BLE001 - any failure is "peer unavailable", with its reason
             raise EnvironmentProblem(f"peer vllm-mrv2 unavailable: {type(e).__name__}: {e}") from None
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if interpreting():
         # The interpreter has no libdevice.log1p: give vLLM's residual kernel log(1 + x) instead (moves the
         # residual by rounding only; such differences are near-ties, replay_harness.oracle.near_tie).
         from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils
