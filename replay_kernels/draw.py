@@ -354,7 +354,7 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                 tl.store(top_ptr + r, top)
                 row = tl.load(row_ptr + r)
                 tl.store(top_ptr + tl.num_programs(0) + r, held_once(  # top[1]: grid (R, SPLITS), never LIST
-                    part_top_ptr, r * SPLITS, SPLITS, top, mode == MODE_TARGET,
+                    part_top_ptr, r * SPLITS, SPLITS, top, mode != MODE_GREEDY, token,
                     logits_ptr + row.to(tl.int64) * l_stride, tl.load(temp_div_ptr + row),
                     tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row), span, V, BLOCK, CHUNK))
         for j in range(count, W):

@@ -21,20 +21,18 @@ kept-by-min-p value) and ``low(c)`` (those at or below ``c`` in the order), each
 draw, which reads every tile anyway), summed per lane, then per span, and the spans
 added in order by the last program of the row to arrive; ``c`` is kept iff ``low(c) / S > 1 - p``
 (the oracle's ``cumsum(softmax) > 1 - p`` at ``c``'s sorted position, within fp32
-rounding: a near-tie, as for the search). The largest value is always kept (its
-``low`` and ``S`` are the same sum), so the first check does not read the row of a drawn
-token that one lane holds at the row's top (the first draw tells: ``partials.held_once``).
-An all ``-inf`` row keeps its first draw (token 0).
+rounding: a near-tie, as for the search). The largest value is always kept (its ``low`` and ``S`` are the same
+sum), so the first check does not read the row of a drawn token that one lane holds at the row's top (the first
+draw tells: ``partials.held_once``), nor, in a verify, a residual draw above what the rejection's bounds found kept
+(``verify_bounds.bounded_verdict``). An all ``-inf`` row keeps its first draw (token 0).
 
-At temperature 1 a drawn token misses the top-p set with probability at most
-``1 - p``, so one check settles most rows: a step costs the draw, one check pass
-(an ``exp`` per element, like the stats pass; count only for top-k), then up to
-``EXTRA_ROUNDS`` (draw, check) pairs (:func:`launched_rounds`) over a list of the rows still open (no program
-for the others; these draws split each open row over more programs than the first
-draw does), then :func:`_finish_kernel`, one program per row that loops
-(draw, check) over whole rows until every row is settled (exact whatever the
-parameters; rarely has work). Rows with both top-k and top-p get a bound
-first (their top-p mass is over the top-k set, which a check does not give: replay_kernels/topk_gather.py).
+At temperature 1 a drawn token misses the top-p set with probability at most ``1 - p``, so one check settles most
+rows: a step costs the draw, one check pass (an ``exp`` per element, like the stats pass; count only for top-k),
+then up to ``EXTRA_ROUNDS`` (draw, check) pairs (:func:`launched_rounds`) over a list of the rows still open (no
+program for the others; these draws split each open row over more programs than the first draw does), then
+:func:`_finish_kernel`, one program per row that loops (draw, check) over whole rows until every row is settled
+(exact whatever the parameters; rarely has work). Rows with both top-k and top-p get a bound first (their top-p
+mass is over the top-k set, which a check does not give: replay_kernels/topk_gather.py).
 
 Bytes per check pass: V x 4 B (fp32) per open row, 12 B per program of partials; 4 B per row of ``top``.
 """
@@ -161,46 +159,48 @@ def _candidate(base, c, t):
 @triton.jit
 def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
                   topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
-                  top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_in, len_in, list_out, len_out,
-                  len_done, V, SPLITS, LIST: tl.constexpr, APPEND: tl.constexpr, SPAN: tl.constexpr,
+                  top_ptr, dtok_ptr, kept_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_in, len_in, list_out,
+                  len_out, len_done, V, SPLITS, LIST: tl.constexpr, APPEND: tl.constexpr, SPAN: tl.constexpr,
                   BLOCK: tl.constexpr):
     """Test the token the last draw wrote to ``tokens[r, slot[r]]`` of the rows that are open (mode TARGET or
-    RESIDUAL, and a check row). The first check: grid (R, SPLITS), every row. A later one (``LIST``): grid
-    (G, SPLITS) over the ``len_in[0]`` rows of ``list_in`` (the rows still open), like the ``LIST`` draw; its
-    program (0, 0) sets ``len_done[0]`` back to 0 for the next launch (the list two rounds back, which no
-    later kernel reads; a plain store, no launch-wide counter).
-    ``APPEND``: rows that stay open are appended to ``list_out`` (count ``len_out[0]``, in arrival order: the
-    order changes no token). ``top`` [2, R]: each row's largest processed value and whether one lane holds it
-    (the first draw wrote them)."""
+    RESIDUAL, and a check row). The first check: grid (R, SPLITS), every row. A later one (``LIST``): grid (G,
+    SPLITS) over the ``len_in[0]`` rows of ``list_in`` (the rows still open), like the ``LIST`` draw; its program
+    (0, 0) sets ``len_done[0]`` back to 0 for the next launch (the list two rounds back, which no later kernel
+    reads; a plain store, no launch-wide counter). ``APPEND``: rows that stay open are appended to ``list_out``
+    (count ``len_out[0]``, in arrival order: the order changes no token). ``top``, ``dtok``, ``kept``: see
+    ``launch_check``."""
     if LIST:
         for j in range(tl.program_id(0), tl.load(len_in), tl.num_programs(0)):
             _check_span(tl.load(list_in + j), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
                         slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
-                        cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, pall_ptr, plow_ptr, pcnt_ptr,
-                        arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, False, SPAN, BLOCK)
+                        cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, dtok_ptr, kept_ptr, pall_ptr,
+                        plow_ptr, pcnt_ptr, arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, False, SPAN, BLOCK)
         if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
             tl.store(len_done, 0)
     else:
         _check_span(tl.program_id(0), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
                     slot_ptr, check_ptr, temp_ptr, lbound_ptr, topk_ptr, topp_ptr, cut_val_in, cut_idx_in,
-                    cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, pall_ptr, plow_ptr, pcnt_ptr,
-                    arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, True, SPAN, BLOCK)
+                    cut_val_out, cut_idx_out, tokens_ptr, tok_stride, top_ptr, dtok_ptr, kept_ptr, pall_ptr,
+                    plow_ptr, pcnt_ptr, arrivals_ptr, list_out, len_out, V, SPLITS, APPEND, True, SPAN, BLOCK)
 
 
 @triton.jit
 def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
                 topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
-                top_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_out, len_out, V, SPLITS,
-                APPEND: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    """Span ``s`` of row ``r``'s check. The last program of the row to arrive settles it: kept -> mode NONE;
-    else the row's bound becomes (x_c, c + 1), the mode stays and (``APPEND``) the row joins ``list_out``. It
-    writes the row's mode and bound to the ``*_out`` arrays (the first check copies the ``*_in`` ones; in a
-    later check they are the same arrays).
+                top_ptr, dtok_ptr, kept_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_out, len_out, V,
+                SPLITS, APPEND: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Span ``s`` of row ``r``'s check. The last program of the row to arrive settles it: kept -> mode NONE; else
+    the row's bound becomes (x_c, c + 1), the mode stays and (``APPEND``) the row joins ``list_out``. It writes the
+    row's mode and bound to the ``*_out`` arrays (the first check copies the ``*_in`` ones; in a later check they
+    are the same arrays).
 
-    ``FIRST``: a drawn token that is the one lane at its row's largest value (``top[1]``, written by the first
-    draw: ``partials.held_once``) is kept without reading the row. That is the check's own verdict: it would
-    count no larger value, and its two sums would add the same terms (every lane is at or below the token), so
-    ``low == S``: the top of the order, kept whatever top-p."""
+    ``FIRST``: a drawn token that is the one lane at its row's largest value (``top[1]``, written by the first draw:
+    ``partials.held_once``) is kept without reading the row. That is the check's own verdict: it would count no
+    larger value, and its two sums would add the same terms (every lane is at or below the token), so ``low == S``:
+    the top of the order, kept whatever top-p. A RESIDUAL row's largest value leaves its rejected draft out, while
+    the sums keep it in: its token is kept so only when the draft's value is below it. A RESIDUAL row's token above
+    ``kept[r]`` (``verify_bounds.bounded_verdict``: the rejected draft was kept, or a level's mass says the kept set
+    reaches below it, within BOUND_TOL) is kept unread as well."""
     mode = tl.load(mode_in + r)
     row = tl.load(row_ptr + r)
     open_row = ((mode == MODE_TARGET) | (mode == MODE_RESIDUAL)) & (tl.load(check_ptr + row) != 0)
@@ -214,8 +214,11 @@ def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr
         p = tl.load(topp_ptr + row)
         M = tl.load(top_ptr + r)
         if FIRST:  # grid (R, SPLITS): top[1] at top_ptr + R
-            held = tl.load(top_ptr + tl.num_programs(0) + r) != 0.0
-            open_row = ~(held & (xc == M) & (kk > 0))
+            top_of_order = (tl.load(top_ptr + tl.num_programs(0) + r) != 0.0) & (xc == M) & (kk > 0)
+            if mode == MODE_RESIDUAL:  # the draft (left out of M) must be below it too (min-p not applied: a bound)
+                top_of_order = top_of_order & (_candidate(base, tl.load(dtok_ptr + r), t) < M)
+                top_of_order = top_of_order | (xc > tl.load(kept_ptr + r))  # above what the verify knows kept
+            open_row = ~top_of_order
         if open_row:
             s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t,
                                             tl.load(lbound_ptr + row), xc, c, kk, p, M, BLOCK)
@@ -317,14 +320,13 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, 
 class CheckScratch:
     """Per-launch state of sample-and-check for R requests over N rows of V tokens.
 
-    mode [R] int32, cut_val [N] float32, cut_idx [N] int32: the working draw plan (the prepared one is
-    left as it is, so a launch can be replayed); partials pall/plow [R, splits] float32 and
-    pcnt [R, splits] int32; arrivals [R] int32 (zero between launches). The rows still open after check i:
-    ``open_rows[i, :open_len[i]]`` [rounds, R] / [rounds + 1] int32 (lengths zero between launches: list i is
-    read by draw and check i + 1, and its length reset by check i + 2, or by the finish kernel; the last
-    length is a spare that stays 0); ``rounds``: the launched (draw, check) rounds (:func:`launched_rounds`);
-    ``row_slots``: the first grid dimension G of the later checks and draws (ROWS_PER_SLOT requests a slot).
-    """
+    mode [R] int32, cut_val [N] float32, cut_idx [N] int32: the working draw plan (the prepared one is left as it
+    is, so a launch can be replayed); partials pall/plow [R, splits] float32 and pcnt [R, splits] int32; arrivals
+    [R] int32 (zero between launches). The rows still open after check i: ``open_rows[i, :open_len[i]]`` [rounds, R]
+    / [rounds + 1] int32 (lengths zero between launches: list i is read by draw and check i + 1, and its length
+    reset by check i + 2, or by the finish kernel; the last length is a spare that stays 0); ``rounds``: the
+    launched (draw, check) rounds (:func:`launched_rounds`); ``row_slots``: the first grid dimension G of the later
+    checks and draws (ROWS_PER_SLOT requests a slot)."""
 
     mode: torch.Tensor
     cut_val: torch.Tensor
@@ -390,31 +392,34 @@ def round_draw_scratch(num_rows: int, vocab: int, block: int | None, device, pro
 
 def launch_rounds(cs: CheckScratch, draw_open, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor,
                   slot: torch.Tensor, params, tokens: torch.Tensor, top: torch.Tensor, dtok: torch.Tensor,
-                  seed: torch.Tensor, positions: torch.Tensor, cut: tuple | None = None, settle=None) -> None:
-    """Everything after the first draw, a fixed launch sequence: its check, ``cs.rounds`` (draw, check) pairs
-    over the rows still open, then the finish loop. ``draw_open(mode, cut_val, cut_idx, rows)`` launches
-    the impl's draw over the list ``rows`` = (open_rows [R] int32, open_len [1] int32). ``settle``: a callable
-    that launches the open-row kernel (``open_rows.launcher``): then the check lists every row it
-    leaves open and that one launch settles them all (no rounds, no finish loop; the same tokens)."""
+                  seed: torch.Tensor, positions: torch.Tensor, cut: tuple | None = None, settle=None,
+                  kept_above: torch.Tensor | None = None) -> None:
+    """Everything after the first draw, a fixed launch sequence: its check, ``cs.rounds`` (draw, check) pairs over
+    the rows still open, then the finish loop. ``draw_open(mode, cut_val, cut_idx, rows)`` launches the impl's draw
+    over the list ``rows`` = (open_rows [R] int32, open_len [1] int32). ``settle``: a callable that launches the
+    open-row kernel (``open_rows.launcher``): then the check lists every row it leaves open and that one launch
+    settles them all (no rounds, no finish loop; the same tokens). ``kept_above``: ``launch_check``'s."""
+    launch_check(cs, logits, mode, row, slot, params, tokens, top, dtok, 0, cut, append=True if settle else None,
+                 kept_above=kept_above)
     if settle is not None:
-        launch_check(cs, logits, mode, row, slot, params, tokens, top, 0, cut, append=True)
         settle()
         return
-    launch_check(cs, logits, mode, row, slot, params, tokens, top, 0, cut)
     for i in range(1, cs.rounds + 1):
         draw_open(cs.mode, cs.cut_val, cs.cut_idx, (cs.open_rows[i - 1], cs.open_len[i - 1:i]))
-        launch_check(cs, logits, mode, row, slot, params, tokens, top, i)
+        launch_check(cs, logits, mode, row, slot, params, tokens, top, dtok, i)
     launch_finish(cs, logits, row, slot, dtok, params, seed, positions, tokens, top)
 
 
 def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row: torch.Tensor, slot: torch.Tensor,
-                 params, tokens: torch.Tensor, top: torch.Tensor, check_round: int, cut: tuple | None = None,
-                 append: bool | None = None) -> None:
+                 params, tokens: torch.Tensor, top: torch.Tensor, dtok: torch.Tensor, check_round: int,
+                 cut: tuple | None = None, append: bool | None = None, kept_above: torch.Tensor | None = None) -> None:
     """Check ``check_round`` (0: the first, over every request, reading the plan ``mode`` and the bounds
-    ``cut``, default ``params.cut_*``; i > 0: the rows open after check i - 1); ``row`` / ``slot`` [R] int32:
-    each request's draw row and token slot; ``top`` [2, R] float32: each row's largest processed value and
-    whether one lane holds it (``DrawScratch.top`` of the first draw). Rows left open join list ``check_round``
-    unless it is the last (``append``: whether they do, default that rule)."""
+    ``cut``, default ``params.cut_*``; i > 0: the rows open after check i - 1); ``row`` / ``slot`` [R] int32: each
+    request's draw row and token slot; ``top`` [2, R] float32: each row's largest processed value and whether one
+    lane holds it (``DrawScratch.top`` of the first draw); ``dtok`` [R] int32: a RESIDUAL row's rejected draft;
+    ``kept_above`` [R] float32: the value above which a RESIDUAL row's draw is known kept (a verify's; None: a plain
+    sample, which has no RESIDUAL row, so ``top`` stands in, never read). Rows left open join list
+    ``check_round`` unless it is the last (``append``: whether they do, default that rule)."""
     first = check_round == 0
     mode_in = mode if first else cs.mode
     cut_val_in, cut_idx_in = (cut or (params.cut_val, params.cut_idx)) if first else (cs.cut_val, cs.cut_idx)
@@ -425,7 +430,8 @@ def launch_check(cs: CheckScratch, logits: torch.Tensor, mode: torch.Tensor, row
     launch(_check_kernel, grid,
            logits, logits.stride(0), mode_in, cs.mode, row, slot, params.check, params.temp_div, params.cut_val,
            params.top_k, params.top_p, cut_val_in, cut_idx_in, cs.cut_val, cs.cut_idx, tokens, tokens.stride(0), top,
-           cs.pall, cs.plow, cs.pcnt, cs.arrivals, cs.open_rows[j_in], cs.open_len[j_in:j_in + 1], cs.open_rows[j_out],
+           dtok, top if kept_above is None else kept_above, cs.pall, cs.plow, cs.pcnt, cs.arrivals, cs.open_rows[j_in],
+           cs.open_len[j_in:j_in + 1], cs.open_rows[j_out],
            cs.open_len[j_out:j_out + 1], cs.open_len[j_done:j_done + 1], logits.shape[1], cs.splits,
            LIST=not first, APPEND=append, SPAN=cs.span, BLOCK=min(cs.span, CHECK_BLOCK), num_warps=CHECK_WARPS,
            maxnreg=FIRST_CHECK_MAXNREG if first else None)

@@ -59,18 +59,17 @@ import triton.language as tl
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import ROUTE_CODE, Step
 
-from .draw import MODE_GREEDY, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
-from .partials import block_argmax, last_to_arrive
+from .accept import accept_test
+from .draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
+from .partials import last_to_arrive
 from .filters import FILTER_SPAN
 from .launches import launch, run_cooperative
 from . import open_rows
 from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
-from .rng import accept_uniform
-from .verify_bounds import (VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_OPEN, WALK_PENDING,
-                           Fallback, bounded_verdict, launch_fallback)
-from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, global_lse, processed_at, span_stats
+from .verify_bounds import WALK_OPEN, WALK_PENDING, WALK_EXACT, Fallback, launch_fallback
+from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, processed_at, span_stats
 
 # The position launches' tile, span per program and warps: fixed (they set the order of each row's fp32 sums,
 # and tokens must not depend on the batch); measured in docs/KERNELS.md "Position launch shape".
@@ -90,89 +89,21 @@ VERIFY_MISS = 0.125  # share of checked requests a first check leaves open (meas
 WALK_CHUNK = 64
 
 
-@triton.jit
-def _close(r, mode, rrow, slot, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr):
-    """End request r's walk at draft position ``slot``: draw ``mode`` at ``rrow`` into that slot."""
-    tl.store(mode_ptr + r, mode)
-    tl.store(rrow_ptr + r, rrow)
-    tl.store(slot_ptr + r, slot)
-    tl.store(counts_ptr + r, slot + 1)
-    tl.store(walk_ptr + r, WALK_DONE)
-
-
-@triton.jit
-def _accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
-                 l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
-                 smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr,
-                 pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
-                 lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr,
-                 CHUNK: tl.constexpr):
-    """The accept test of request r's draft position i from the row's span stats at ``base``: writes the
-    accepted token (returns 1), or ends the walk (rejection, greedy mismatch, placeholder: the count and
-    the draw plan) or makes the request pending (undecided by the top-p bounds); returns 0 then."""
-    row = start + i
-    d = tl.load(dtok_row_ptr + row)
-    go = tl.zeros((), tl.int32)
-    if greedy:
-        _, best = block_argmax(smax_ptr, sarg_ptr, base, NB, CHUNK)
-        tl.store(tokens_ptr + r * tok_stride + i, best.to(tl.int64))
-        if (d < 0) | (best != d):  # the argmax is the last token: nothing to draw
-            _close(r, MODE_NONE, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
-        else:
-            go = go + 1
-    elif d < 0:  # a placeholder ends verification: draw from the target at its row
-        _close(r, MODE_TARGET, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
-    else:
-        vi = tl.load(vidx_ptr + row)
-        xd = processed_at(logits_ptr + row.to(tl.int64) * l_stride, d, tl.load(temp_div_ptr + row),
-                          tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row))
-        u = accept_uniform(tl.load(seed_ptr + r), tl.load(pos_ptr + row))
-        lt = tl.zeros((), tl.float32)
-        lq = tl.zeros((), tl.float32)
-        bounded = False
-        if BOUNDED:
-            bounded = tl.load(check_ptr + row) != 0
-        if bounded:  # one-hot drafts: log q = 0
-            verdict = bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, tl.log(u),
-                                      tl.load(topp_ptr + row), CHUNK)
-        else:
-            lt = global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
-            log_q = tl.zeros((), tl.float32)
-            if HAS_DRAFT:
-                lq = global_lse(dmax_ptr, dsum_ptr, base, NB, CHUNK)
-                qd = tl.load(draft_ptr + vi.to(tl.int64) * d_stride + d).to(tl.float32)
-                log_q = tl.math.div_rn(qd, temp) - lq
-            verdict = tl.where(xd - lt > tl.log(u) + log_q, VERDICT_ACCEPT, VERDICT_REJECT)
-        if verdict == VERDICT_ACCEPT:
-            tl.store(tokens_ptr + r * tok_stride + i, d.to(tl.int64))
-            go = go + 1
-            if EXACT:
-                tl.store(walk_ptr + r, WALK_EXACT)
-        elif verdict == VERDICT_REJECT:  # resample from the residual at this row
-            tl.store(rdrow_ptr + r, vi)
-            tl.store(rdtok_ptr + r, d)
-            tl.store(lse_t_ptr + r, lt)
-            tl.store(lse_q_ptr + r, lq)
-            _close(r, MODE_RESIDUAL, row, i, mode_ptr, rrow_ptr, slot_ptr, counts_ptr, walk_ptr)
-        else:  # undecided by the bounds: wait for the exact cut (verify_bounds.launch_fallback)
-            tl.store(pend_ptr + r, i)
-            tl.store(walk_ptr + r, WALK_PENDING)
-    return go
-
-
 @triton.jit(do_not_specialize=["i0"])
 def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
                      logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
                      check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride,
                      arrivals_ptr, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr,
-                     mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, V, NB, P,
+                     mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, V, NB, P,
                      HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr, ALL: tl.constexpr,
                      SPAN: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
     """Draft position ``i0`` of every request still verifying: span stats of its row, then (in the last
     program of the request to arrive) the accept test of position i0, which may end the request's walk.
     ``EXACT``: the second round after the fallback, for the pending requests, with the exact cuts.
-    ``ALL`` (few requests): every position at once, grid axis 2, stats of each position in its own slot
-    of the P; the last program of the request walks the positions in order (same stats, same tests)."""
+    ``ALL`` (few requests; and the EXACT round): every position at once, grid axis 2, stats of each position in
+    its own slot of the P; the last program of the request walks the positions in order (same stats, same
+    tests); in the EXACT round only a pending request's programs arrive, and its walk starts at its pending
+    position."""
     r = tl.program_id(0)
     b = tl.program_id(1)
     i = i0
@@ -185,9 +116,16 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
     temp = tl.load(req_temp_ptr + r)
     greedy = temp == 0.0
     verifying = i < k
+    arrive = True
+    j0 = 0
     if EXACT:
         walk = tl.load(walk_ptr + r)
-        verifying = verifying & ((walk == WALK_EXACT) | ((walk == WALK_PENDING) & (tl.load(pend_ptr + r) == i)))
+        if ALL:
+            arrive = walk == WALK_PENDING
+            j0 = tl.load(pend_ptr + r)
+            verifying = verifying & arrive & (i >= j0)
+        else:
+            verifying = verifying & ((walk == WALK_EXACT) | ((walk == WALK_PENDING) & (tl.load(pend_ptr + r) == i)))
     else:
         if (i == 0) & (b == 0):  # the plan if every draft is accepted (or k = 0): the bonus row's draw
             tl.store(mode_ptr + r, tl.where(greedy, MODE_GREEDY, MODE_TARGET))
@@ -216,24 +154,27 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
             span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo,
                        tl.minimum(lo + SPAN, V), greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
                        sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK)
-    if ALL:  # every program of the request arrives; the last walks the positions
-        if last_to_arrive(arrivals_ptr, r, NB * P):
-            go = tl.full((), 1, tl.int32)
-            for j in range(0, k):
-                if go != 0:
-                    go = _accept_test(r, j, start, greedy, temp, (r * P + j) * NB, seed_ptr, dtok_row_ptr,
-                                      pos_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr,
-                                      cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr,
-                                      dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr, tokens_ptr,
-                                      tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
-                                      lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
+    if ALL:  # every program of the request arrives (EXACT: of a pending one); the last walks the positions
+        if arrive:
+            if last_to_arrive(arrivals_ptr, r, NB * P):
+                go = tl.full((), 1, tl.int32)
+                for j in range(j0, k):
+                    if go != 0:
+                        go = accept_test(r, j, start, greedy, temp, (r * P + j) * NB, seed_ptr, dtok_row_ptr,
+                                         pos_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr,
+                                         cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr, ssum_ptr,
+                                         sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr,
+                                         tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr,
+                                         rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, NB, HAS_DRAFT,
+                                         BOUNDED, EXACT, CHUNK)
     elif verifying:
         if last_to_arrive(arrivals_ptr, r, NB):
-            _accept_test(r, i, start, greedy, temp, r * P * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
-                         logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
-                         check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
-                         bstride, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr,
-                         slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, NB, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
+            accept_test(r, i, start, greedy, temp, r * P * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
+                        logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
+                        check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
+                        bstride, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr,
+                        slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, NB, HAS_DRAFT, BOUNDED, EXACT,
+                        CHUNK)
 
 
 @dataclass
@@ -244,10 +185,13 @@ class VerifyState:
     cu [R+1] int32; req_temp [R] f32; seed [R] int64; draft_tokens [N] int32;
     positions [N] int64; vidx [N] int32 (draft/verify row per logits row, -1 on bonus rows);
     span stats smax/ssum/sarg/dmax/dsum [R, NB_stats] of the position in flight, or [R, max_k x
-    NB_stats] of every position when ``fused`` (fewer than ``fused_below`` requests: one position launch), and
+    NB_stats] of every position when ``fused`` (fewer than ``fused_below`` requests: one position launch) or
+    top-p bounds are used (the fallback's exact round takes every position in one launch), and
     sbound [BOUND_PLANES, the same] (top-p bounds: Rb, X2, level masses; verify_stats.py, verify_bounds.py);
     arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes) and pend [R] int32 (the position
-    of an undecided test); draw plan mode/rrow/slot/rdrow/rdtok [R] int32, lse_t/lse_q [R] f32; draw: DrawScratch
+    of an undecided test); draw plan mode/rrow/slot/rdrow/rdtok [R] int32, lse_t/lse_q/kept_above [R] f32
+    (kept_above: a rejection's value above which its bounds found every token kept, accept.accept_test); draw:
+    DrawScratch
     (partials and arrival counters);
     outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
     positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
@@ -281,6 +225,7 @@ class VerifyState:
     rdrow: torch.Tensor
     rdtok: torch.Tensor
     lse_t: torch.Tensor
+    kept_above: torch.Tensor
     lse_q: torch.Tensor
     draw: DrawScratch
     tokens: torch.Tensor
@@ -358,7 +303,8 @@ class StochasticSampler(LaunchSampler):
                 misses = (VERIFY_MISS,) * len(params.check_miss)
                 open_scratch = open_rows.allocate(r, v, self.filter_span, device, misses, force=bool(self.open_rows))
         fused = r < self.fused_below
-        slots = nbs * max(1, host.max_drafts) if fused else nbs  # span stats per request
+        # span stats per request: every position's when one launch takes them all (fused; the fallback's exact round)
+        slots = nbs * max(1, host.max_drafts) if fused or params.any_check else nbs
         bounded_stats = (rs, slots) if params.any_check else (1, 1)
         return VerifyState(
             logits=logits, draft_logits=draft, params=params,
@@ -374,6 +320,7 @@ class StochasticSampler(LaunchSampler):
             arrivals=torch.zeros(rs, **i32), walk=torch.zeros(rs, **i32), pend=torch.zeros(rs, **i32),
             mode=torch.empty(rs, **i32), rrow=torch.empty(rs, **i32), slot=torch.empty(rs, **i32),
             rdrow=torch.zeros(rs, **i32), rdtok=torch.zeros(rs, **i32), lse_t=torch.zeros(rs, **f32),
+            kept_above=torch.full((rs,), float("inf"), **f32),
             lse_q=torch.zeros(rs, **f32),
             draw=DrawScratch.allocate(r, v, self.draw_block, device, self.programs, track_top=params.any_check),
             check=check, round_draw=round_draw, open=open_scratch,
@@ -412,7 +359,7 @@ class StochasticSampler(LaunchSampler):
             settle = None if s.open is None else open_rows.launcher(
                 s.open, s.check, s.logits, s.rrow, s.slot, s.rdtok, p, s.seed, s.positions, s.draw.top, s.tokens)
             launch_rounds(s.check, draw_open, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, s.draw.top, s.rdtok,
-                          s.seed, s.positions, cut=cut, settle=settle)
+                          s.seed, s.positions, cut=cut, settle=settle, kept_above=s.kept_above)
 
     def _draw(self, s: VerifyState, draft, d_stride: int, mode, cut_val, cut_idx, d: DrawScratch,
               rows: tuple | None = None) -> None:
@@ -432,9 +379,9 @@ class StochasticSampler(LaunchSampler):
 
     def _positions(self, s: VerifyState, draft, d_stride: int, cut_val, cut_idx, exact: bool) -> None:
         """One ``_position_kernel`` launch per draft position (``exact``: the pending requests' round), or one
-        for them all (``s.fused``, not for the exact round)."""
+        for them all (``s.fused``, and the exact round)."""
         p = s.params
-        fused = s.fused and not exact
+        fused = s.fused or exact
         slots = s.positions_launched if fused else 1
         bounded = (s.fallback is not None) and not exact
         maxnreg = BOUND_MAXNREG if bounded else None if exact else self.position_maxnreg  # exact: uncapped
@@ -444,6 +391,6 @@ class StochasticSampler(LaunchSampler):
                    s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
                    s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.sbound, s.sbound.stride(0), s.arrivals, s.walk, s.pend,
                    s.tokens, s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
-                   s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
+                   s.kept_above, s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
                    BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
                    CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg)

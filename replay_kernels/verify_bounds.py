@@ -68,25 +68,32 @@ WALK_EXACT = tl.constexpr(3)    # verifying again after the fallback, with the e
 def first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB, CHUNK: tl.constexpr):
     """An upper bound of ``e_c*``, the first kept token's mass: ``exp(X2 - M)``, or ``exp(t - M)`` for a level
     ``t = x_d - NEAR_GAP`` or ``x_d - FAR_GAP`` whose mass at or above it is below ``p S``: the kept set holds at
-    least ``p S`` (within rounding: BOUND_TOL), so it reaches below ``t``."""
+    least ``p S`` (within rounding: BOUND_TOL), so it reaches below ``t``, and every value at or above ``t`` is
+    kept. Also returns the lowest such ``t`` (+inf: neither)."""
     ec = tl.exp(x2 - gm)
+    level = tl.full((), float("inf"), tl.float32)
     if spans_sum(smax_ptr, sbound_ptr + PLANE_NEAR * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
         ec = tl.minimum(ec, tl.exp(xd - NEAR_GAP - gm))
+        level = xd - NEAR_GAP
     if spans_sum(smax_ptr, sbound_ptr + PLANE_FAR * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
         ec = tl.minimum(ec, tl.exp(xd - FAR_GAP - gm))
-    return ec
+        level = xd - FAR_GAP
+    return ec, level
 
 
 @triton.jit
 def bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, thr, p, CHUNK: tl.constexpr):
     """Accept, reject or pending for a kept-or-not draft of processed value ``xd`` (-inf: removed by
     min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp; Rb, X2 and the level
-    masses in the planes of ``sbound``, verify_stats.span_stats)."""
+    masses in the planes of ``sbound``, verify_stats.span_stats); and ``kept_above``: every processed value
+    above it is in the top-p set (``x_d`` when d is kept, a level when the kept set reaches below it; +inf:
+    neither known). A rejection's residual draw is kept unchecked above it (``sample_check._check_span``)."""
     gm = block_max(smax_ptr, base, NB, CHUNK)
     x2 = block_max(sbound_ptr + PLANE_X2 * bstride, base, NB, CHUNK)
     S = spans_sum(smax_ptr, ssum_ptr, gm, base, NB, CHUNK)
     rb = spans_sum(smax_ptr, sbound_ptr + PLANE_RB * bstride, gm, base, NB, CHUNK)
     verdict = VERDICT_REJECT + tl.zeros((), tl.int32)
+    kept_above = tl.full((), float("inf"), tl.float32)
     if xd > float("-inf"):
         ed = tl.exp(xd - gm)
         omp = (1.0 - p) * S
@@ -95,18 +102,20 @@ def bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, thr, 
         if near:
             verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
         elif low > omp:  # kept
+            kept_above = xd
             lo = tl.maximum(p * S, S - rb)
             hi = S - rb
             if rb > omp:
-                hi = tl.minimum(S, p * S + first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB,
-                                                            CHUNK))
+                ec, level = first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB, CHUNK)
+                hi = tl.minimum(S, p * S + ec)
+                kept_above = tl.minimum(kept_above, level)
             lo = lo * (1.0 - BOUND_TOL)
             hi = hi * (1.0 + BOUND_TOL)
             if xd - gm - tl.log(hi) > thr + LOG_MARGIN:
                 verdict = VERDICT_ACCEPT + tl.zeros((), tl.int32)
             elif xd - gm - tl.log(lo) > thr - LOG_MARGIN:
                 verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
-    return verdict
+    return verdict, kept_above
 
 
 # Programs along rows of the fallback's filter passes (each serves every 8th listed row): a step lists 3-5 rows

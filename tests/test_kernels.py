@@ -28,6 +28,7 @@ from replay_harness.oracle.sampling_params import apply_sampling_params as oracl
 from replay_harness.recording.step import ROUTE_CODE, Step  # noqa: E402
 from replay_kernels import rng, verify_bounds  # noqa: E402
 from replay_kernels.params import apply_sampling_params as triton_params  # noqa: E402
+from replay_kernels.draw import MODE_RESIDUAL  # noqa: E402
 from replay_kernels.gumbel_max import GumbelMaxSampler  # noqa: E402
 from replay_kernels.serial_scan import SerialScanSampler  # noqa: E402
 from replay_kernels.stochastic import StochasticSampler  # noqa: E402
@@ -630,7 +631,38 @@ def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch
         one = impl.prepare(step)
         assert one.fallback.filters.grid_rows == 1
         assert [torch.equal(a, b) for a, b in zip(impl.launch(one), (tokens, counts))] == [True, True]
+        # one launch a position before the fallback (the exact round takes every position in one launch either way)
+        per_position = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256,
+                                         fused_below=0)
+        state = per_position.prepare(step)
+        assert [torch.equal(a, b) for a, b in zip(per_position.launch(state), (tokens, counts))] == [True, True]
     assert 0 < pending < requests, (pending, requests)
+
+
+def test_stochastic_exact_round_walks_on_from_a_later_pending_position():
+    """A request whose first draft is accepted by the bounds and whose second is undecided waits at position 1;
+    the exact round (one launch for every position) walks it on from there: tokens equal the reference's with
+    one launch a position or one for them all before the fallback. Position 0 rows are peaked at their draft
+    (accepted whatever u), the later ones are flat at top-p 0.3-0.6 (undecided often)."""
+    kw = dict(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    later = 0
+    for seed in range(130, 134):
+        step = top_p_verify_step(seed, 200, 10, 0.0)
+        step.top_p = torch.empty(step.num_requests).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(seed))
+        step.min_p = torch.zeros(step.num_requests)
+        cu = step.cu_num_logits.tolist()
+        for r in range(step.num_requests):
+            if cu[r + 1] - cu[r] >= 3:
+                step.logits[cu[r], int(step.draft_token_ids[cu[r]])] += 60.0
+        want = ReferenceSampler().sample(step)
+        for impl in (StochasticSampler(**kw), StochasticSampler(fused_below=0, **kw)):
+            state = impl.prepare(step)
+            tokens, counts = impl.launch(state)
+            compare(step, impl.result(state, tokens, counts), want)
+            rows = state.fallback.rows.cpu()[:int(state.fallback.filters.count)].long()
+            listed = set(state.fallback.row_req.cpu()[rows].tolist())
+            later += sum(int(state.pend[r]) >= 1 and cu[r + 1] - cu[r] - 1 > int(state.pend[r]) + 1 for r in listed)
+    assert later >= 2, later
 
 
 def x2_pending(x: torch.Tensor, d: int, p: float, u: float) -> bool:
@@ -715,3 +747,43 @@ def test_stochastic_top_p_bounds_heavy_tokens_at_the_cut():
     step.top_p = torch.full((40,), 0.88)
     impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
     compare(step, impl.sample(step), ReferenceSampler().sample(step))
+
+
+def test_stochastic_first_check_keeps_residual_draws_unread_when_the_verify_knows_them_kept():
+    """The first check keeps a one-hot RESIDUAL row's drawn token unread (partials left NaN) exactly when (a) it is
+    the one lane at the row's top and the rejected draft is below it (the draw's top leaves the draft out, the
+    check's sums keep it in: with the draft below, every lane is at or before the token, ``low == S``), or (b) its
+    value is above ``kept_above[r]``, which the rejection's bounds set (``verify_bounds.bounded_verdict``: the
+    draft was kept, or a level's mass is below p S); every token above ``kept_above`` is in the oracle's top-p
+    set. Tokens are the reference's. Mutation-checked: dropping the draft test, flagging only TARGET rows, or a
+    level test turned around (mass at or above the level at least p S) fails it."""
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    counts = dict(held=0, level=0, read=0, draft_above=0)
+    for seed, spike in [(120, 0.0), (121, 0.0), (122, 6.0), (123, 6.0)]:
+        step = top_p_verify_step(seed, 300, 16, spike)
+        state = impl.prepare(step)
+        state.check.pall.fill_(float("nan"))
+        tokens, got_counts = impl.launch(state)
+        compare(step, impl.result(state, tokens, got_counts), ReferenceSampler().sample(step))
+        cut_val, cut_idx = state.fallback.cut_val.cpu(), state.fallback.cut_idx.cpu()
+        kept_set = oracle_params(step) > float("-inf")
+        for r in torch.nonzero(state.mode.cpu() == MODE_RESIDUAL.value).flatten().tolist():
+            row, d, above = int(state.rrow[r]), int(state.rdtok[r]), float(state.kept_above[r])
+            ids = torch.arange(step.logits.shape[1])
+            x = step.logits[row].float() / step.temperature[r]
+            x = torch.where((x > cut_val[row]) | ((x == cut_val[row]) & (ids >= cut_idx[row])), x, float("-inf"))
+            assert bool(kept_set[row][x > above].all()), (seed, r, above)
+            others = torch.where(ids == d, float("-inf"), x)
+            top = float(others.max())
+            noise = oracle_rng.gumbel_row(int(step.seed[r]), int(step.positions[row]), x.numel())
+            first = int(torch.argmax(others + noise))
+            held = float(x[first]) == top and int((others == top).sum()) == 1 and float(x[d]) < top
+            level = float(x[first]) > above
+            skipped = bool(torch.isnan(state.check.pall[r]).all())
+            assert skipped == (held or level), (seed, r, first, d, above)
+            counts["held"] += held
+            counts["level"] += level and not held
+            counts["read"] += not skipped
+            counts["draft_above"] += float(x[first]) == top and float(x[d]) >= top and not level
+    print(counts)
+    assert all(counts.values()), counts
