@@ -377,8 +377,9 @@ class DrawScratch:
     the per-row arrival counters [R] int32 (zero between launches: the last program resets them) and
     published bests ``row_best`` [R] int32 (``float_key``; NO_BEST between launches, reset likewise).
     ``track_top``: the launch also writes each row's largest processed value to ``top[0]`` ([2, R] float32;
-    partials ``part_top`` [R, splits]) and 1.0 to ``top[1]`` where one lane of a TARGET row holds it
-    (``partials.held_once``); sample-and-check's first draw does (its checks sum exp(x - top)).
+    partials ``part_top`` [R, splits]) and 1.0 to ``top[1]`` where one lane of a TARGET or RESIDUAL row holds it and
+    the drawn token lies in that lane's span (``partials.held_once``); sample-and-check's first draw does (its
+    checks sum exp(x - top)).
     ``block`` / ``warps`` / ``share`` / ``maxnreg``: the launch's tile, warps per program, whether its programs
     share the row best, and its register cap a thread (:func:`draw_shape`); ``prune``: whether tiles are bounded
     before they are scored (not when every program has one tile and shares nothing: its threshold is -inf at its

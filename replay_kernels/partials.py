@@ -61,15 +61,15 @@ def last_to_arrive(arrivals_ptr, r, SPLITS):
 @triton.jit
 def held_once(top_ptr, base, NB, top, target, token, row_base, t, cv, ci, span, V, BLOCK: tl.constexpr,
               CHUNK: tl.constexpr):
-    """1.0 when exactly one lane of a ``target`` row holds its largest processed value ``top`` (> -inf) and the
-    drawn ``token`` lies in that lane's span, else 0.0 (a token elsewhere is below ``top``: the check never reads
-    its flag); ``top_ptr + base``: the row's ``NB`` per-span maxima (spans of ``span`` lanes), each at least its
-    span's largest processed value and at most ``top`` (a chunk whose largest value the filter drops reports
-    its bound: such a span counts like one holding ``top``, so a flag can be missed, never set wrongly). The
-    spans whose maximum is ``top`` are counted; with exactly one, its lanes are read again (processed with
-    ``t``, ``cv``, ``ci``) and counted (a one-hot residual's rejected draft, left out of ``top``, counts if it
-    equals it). Sample-and-check's first check keeps a drawn token that is that lane without reading the row
-    (``sample_check._check_span``)."""
+    """1.0 when exactly one lane of a ``target`` row (TARGET or RESIDUAL) holds its largest processed value ``top``
+    (> -inf) and the drawn ``token`` lies in that lane's span, else 0.0 (a token elsewhere is below ``top``, so the
+    check, which keeps a token unread only if it equals ``top``, cannot use the flag); ``top_ptr + base``: the row's
+    ``NB`` per-span maxima (spans of ``span`` lanes), each at least its span's largest processed value and at most
+    ``top`` (a chunk whose largest value the filter drops reports its bound: such a span counts like one holding
+    ``top``, so a flag can be missed, never set wrongly). The spans whose maximum is ``top`` are counted; with
+    exactly one, its lanes are read again (processed with ``t``, ``cv``, ``ci``) and counted (a one-hot residual's
+    rejected draft, left out of ``top``, counts if it equals it). Sample-and-check's first check keeps a drawn token
+    that is that lane without reading the row (``sample_check._check_span``)."""
     n_spans = tl.zeros((), tl.int32)
     first = tl.zeros((), tl.int32) + NB
     for start in range(0, NB, CHUNK):

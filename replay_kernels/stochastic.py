@@ -68,7 +68,7 @@ from . import open_rows
 from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
-from .verify_bounds import WALK_OPEN, WALK_PENDING, WALK_EXACT, Fallback, launch_fallback
+from .verify_bounds import WALK_OPEN, WALK_PENDING, Fallback, launch_fallback
 from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, processed_at, span_stats
 
 # The position launches' tile, span per program and warps: fixed (they set the order of each row's fp32 sums,
@@ -118,14 +118,10 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
     verifying = i < k
     arrive = True
     j0 = 0
-    if EXACT:
-        walk = tl.load(walk_ptr + r)
-        if ALL:
-            arrive = walk == WALK_PENDING
-            j0 = tl.load(pend_ptr + r)
-            verifying = verifying & arrive & (i >= j0)
-        else:
-            verifying = verifying & ((walk == WALK_EXACT) | ((walk == WALK_PENDING) & (tl.load(pend_ptr + r) == i)))
+    if EXACT:  # always ALL (one launch): a pending request's positions from its pending one on
+        arrive = tl.load(walk_ptr + r) == WALK_PENDING
+        j0 = tl.load(pend_ptr + r)
+        verifying = verifying & arrive & (i >= j0)
     else:
         if (i == 0) & (b == 0):  # the plan if every draft is accepted (or k = 0): the bonus row's draw
             tl.store(mode_ptr + r, tl.where(greedy, MODE_GREEDY, MODE_TARGET))
@@ -378,8 +374,8 @@ class StochasticSampler(LaunchSampler):
             num_warps=d.warps, maxnreg=d.maxnreg)
 
     def _positions(self, s: VerifyState, draft, d_stride: int, cut_val, cut_idx, exact: bool) -> None:
-        """One ``_position_kernel`` launch per draft position (``exact``: the pending requests' round), or one
-        for them all (``s.fused``, and the exact round)."""
+        """One ``_position_kernel`` launch per draft position, or one for them all (``s.fused``; and always for
+        ``exact``, the pending requests' round after the fallback)."""
         p = s.params
         fused = s.fused or exact
         slots = s.positions_launched if fused else 1

@@ -338,9 +338,9 @@ def test_first_check_keeps_a_drawn_token_held_once_at_the_top_unread_and_checks_
         for r in range(12):
             x = step.logits[r] / step.temperature[r]
             first = int(torch.argmax(x + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)))
-            flag = float(state.draw.top[1][r])  # set only if held once; always when the draw is that lane
-            assert flag == 1.0 if len(lanes[r]) == 1 and first == lanes[r][0] else flag in ((0.0, 1.0) if len(
-                lanes[r]) == 1 else (0.0,)), (seed, r, first, flag)
+            span = state.draw.span  # set iff held once and the drawn token lies in the held lane's span
+            held = len(lanes[r]) == 1 and first // span == lanes[r][0] // span
+            assert float(state.draw.top[1][r]) == float(held), (seed, r, first)
             unread = bool(torch.isnan(state.check.pall[r]).all())
             assert unread == (len(lanes[r]) == 1 and first == lanes[r][0]), (seed, r, first)
             drew_tied_lower += len(lanes[r]) == 2 and first == lanes[r][0]
