@@ -646,7 +646,7 @@ def test_stochastic_exact_round_walks_on_from_a_later_pending_position():
     (accepted whatever u), the later ones are flat at top-p 0.3-0.6 (undecided often)."""
     kw = dict(stats_block=32, draw_block=128, stats_span=64, filter_span=256)  # 4 spans a row: NB x P arrivals
     later = 0
-    for seed in range(130, 134):
+    for seed in (131,):  # seeds 130-133: only 131 has a request pending at position 1 that then walks on
         step = top_p_verify_step(seed, 200, 10, 0.0)
         step.top_p = torch.empty(step.num_requests).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(seed))
         step.min_p = torch.zeros(step.num_requests)
@@ -663,7 +663,7 @@ def test_stochastic_exact_round_walks_on_from_a_later_pending_position():
             listed = set(state.fallback.row_req.cpu()[rows].tolist())
             # walked on: the pending position accepted and a later one tested (a count beyond it)
             later += sum(1 <= int(state.pend[r]) and int(counts[r]) > int(state.pend[r]) + 1 for r in listed)
-    assert later >= 2, later
+    assert later == 2, later  # that request, in both layouts
 
 
 def x2_pending(x: torch.Tensor, d: int, p: float, u: float) -> bool:
