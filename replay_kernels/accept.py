@@ -66,7 +66,7 @@ def accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_ptr
             bounded = tl.load(check_ptr + row) != 0
         if bounded:  # one-hot drafts: log q = 0
             verdict, kept_above = bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, tl.log(u),
-                                      tl.load(topp_ptr + row), CHUNK)
+                                                  tl.load(topp_ptr + row), CHUNK)
         else:
             lt = global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
             log_q = tl.zeros((), tl.float32)

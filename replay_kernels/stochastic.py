@@ -186,9 +186,8 @@ class VerifyState:
     sbound [BOUND_PLANES, the same] (top-p bounds: Rb, X2, level masses; verify_stats.py, verify_bounds.py);
     arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes) and pend [R] int32 (the position
     of an undecided test); draw plan mode/rrow/slot/rdrow/rdtok [R] int32, lse_t/lse_q/kept_above [R] f32
-    (kept_above: a rejection's value above which its bounds found every token kept, accept.accept_test); draw:
-    DrawScratch
-    (partials and arrival counters);
+    (kept_above: a rejection's value above which its bounds found every token kept, accept.accept_test);
+    draw: DrawScratch (partials and arrival counters);
     outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
     positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
     fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
@@ -221,8 +220,8 @@ class VerifyState:
     rdrow: torch.Tensor
     rdtok: torch.Tensor
     lse_t: torch.Tensor
-    kept_above: torch.Tensor
     lse_q: torch.Tensor
+    kept_above: torch.Tensor
     draw: DrawScratch
     tokens: torch.Tensor
     counts: torch.Tensor
@@ -316,8 +315,7 @@ class StochasticSampler(LaunchSampler):
             arrivals=torch.zeros(rs, **i32), walk=torch.zeros(rs, **i32), pend=torch.zeros(rs, **i32),
             mode=torch.empty(rs, **i32), rrow=torch.empty(rs, **i32), slot=torch.empty(rs, **i32),
             rdrow=torch.zeros(rs, **i32), rdtok=torch.zeros(rs, **i32), lse_t=torch.zeros(rs, **f32),
-            kept_above=torch.full((rs,), float("inf"), **f32),
-            lse_q=torch.zeros(rs, **f32),
+            lse_q=torch.zeros(rs, **f32), kept_above=torch.full((rs,), float("inf"), **f32),
             draw=DrawScratch.allocate(r, v, self.draw_block, device, self.programs, track_top=params.any_check),
             check=check, round_draw=round_draw, open=open_scratch,
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),

@@ -27,8 +27,9 @@ is outside that interval (with a margin for fp32 rounding: ``BOUND_TOL`` relativ
 inside, or ``(Rb + e_d) / S`` or ``Rb`` within rounding of ``(1 - p) S``) the request is *pending*:
 its walk stops at that position, and :func:`launch_fallback` searches the exact cut of its rows
 from there on (the filter passes over a row list filled on the device), after which one position launch
-verifies the pending requests again, from their pending positions, with the exact cuts. The draw rows of the top-p requests
-(bonus, placeholder or one-hot residual) are then drawn by sample-and-check (:mod:`replay_kernels.sample_check`):
+verifies the pending requests again, from their pending positions, with the exact cuts. The draw rows of the
+top-p requests (bonus, placeholder or one-hot residual) are then drawn by sample-and-check
+(:mod:`replay_kernels.sample_check`):
 a drawn token the check finds outside the top-p set is drawn again above it.
 
 Measured on the benchmark's SYNTHETIC rows (randn * 3 plus a peak, drafts the argmax 70% of the time,

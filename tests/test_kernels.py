@@ -645,24 +645,24 @@ def test_stochastic_exact_round_walks_on_from_a_later_pending_position():
     one launch a position or one for them all before the fallback. Position 0 rows are peaked at their draft
     (accepted whatever u), the later ones are flat at top-p 0.3-0.6 (undecided often)."""
     kw = dict(stats_block=32, draw_block=128, stats_span=64, filter_span=256)  # 4 spans a row: NB x P arrivals
+    seed = 131  # of seeds 130-133, the one with a request pending at position 1 that then walks on
+    step = top_p_verify_step(seed, 200, 10, 0.0)
+    step.top_p = torch.empty(step.num_requests).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(seed))
+    step.min_p = torch.zeros(step.num_requests)
+    cu = step.cu_num_logits.tolist()
+    for r in range(step.num_requests):
+        if cu[r + 1] - cu[r] >= 3:
+            step.logits[cu[r], int(step.draft_token_ids[cu[r]])] += 60.0
+    want = ReferenceSampler().sample(step)
     later = 0
-    for seed in (131,):  # seeds 130-133: only 131 has a request pending at position 1 that then walks on
-        step = top_p_verify_step(seed, 200, 10, 0.0)
-        step.top_p = torch.empty(step.num_requests).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(seed))
-        step.min_p = torch.zeros(step.num_requests)
-        cu = step.cu_num_logits.tolist()
-        for r in range(step.num_requests):
-            if cu[r + 1] - cu[r] >= 3:
-                step.logits[cu[r], int(step.draft_token_ids[cu[r]])] += 60.0
-        want = ReferenceSampler().sample(step)
-        for impl in (StochasticSampler(**kw), StochasticSampler(fused_below=0, **kw)):
-            state = impl.prepare(step)
-            tokens, counts = impl.launch(state)
-            compare(step, impl.result(state, tokens, counts), want)
-            rows = state.fallback.rows.cpu()[:int(state.fallback.filters.count)].long()
-            listed = set(state.fallback.row_req.cpu()[rows].tolist())
-            # walked on: the pending position accepted and a later one tested (a count beyond it)
-            later += sum(1 <= int(state.pend[r]) and int(counts[r]) > int(state.pend[r]) + 1 for r in listed)
+    for impl in (StochasticSampler(**kw), StochasticSampler(fused_below=0, **kw)):
+        state = impl.prepare(step)
+        tokens, counts = impl.launch(state)
+        compare(step, impl.result(state, tokens, counts), want)
+        rows = state.fallback.rows.cpu()[:int(state.fallback.filters.count)].long()
+        listed = set(state.fallback.row_req.cpu()[rows].tolist())
+        # walked on: the pending position accepted and a later one tested (a count beyond it)
+        later += sum(1 <= int(state.pend[r]) and int(counts[r]) > int(state.pend[r]) + 1 for r in listed)
     assert later == 2, later  # that request, in both layouts
 
 
@@ -786,5 +786,4 @@ def test_stochastic_first_check_keeps_residual_draws_unread_when_the_verify_know
             counts["level"] += level and not held
             counts["read"] += not skipped
             counts["draft_above"] += float(x[first]) == top and float(x[d]) >= top and not level
-    print(counts)
     assert all(counts.values()), counts

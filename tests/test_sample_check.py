@@ -321,8 +321,8 @@ def _top_held_step(seed: int, vocab: int):
 
 
 def test_first_check_keeps_a_drawn_token_held_once_at_the_top_unread_and_checks_ties():
-    """The first draw flags rows whose largest processed value one lane holds (``draw.top[1]``; it may leave the
-    flag off when the drawn token is not in that lane's span, where the check never reads it); the first
+    """The first draw flags rows whose largest processed value one lane holds (``draw.top[1]``; it leaves the
+    flag off when the drawn token is not in that lane's span, where the flag cannot keep it); the first
     check keeps a drawn token that is that lane without reading the row (its partials stay unwritten) and
     checks every other row, ties at the top included (rows 8-9: distinct raw values, equal after the
     temperature). Mutation-checked: counting the lanes of one span when the top lies in two, counting only the
