@@ -22,6 +22,10 @@ that can separate the candidates do the 16-way compare (keys inside the interval
 from round to round, so the other lanes skip their exp); a span without such a lane stops after one load of the
 whole span (after the first rounds, most spans), the others accumulate per lane and reduce once.
 
+Each pass's work on one span of one row is a function (:func:`stats_span`, :func:`mass_span`, :func:`round_span`;
+:func:`step_row` for a settle / setup step), which the kernels here loop over their rows and which
+:mod:`replay_kernels.filter_loop` runs between barriers in one cooperative launch (the verify fallback's cuts).
+
 Near-ties: the cumulative mass is a sum of per-span fp32 sums (the oracle sums a sorted fp32 cumsum), so a top-p
 decision within rounding of ``1 - p`` may differ; documented in docs/KERNELS.md and classified by the near-tie
 check.
@@ -54,37 +58,55 @@ STEP_FINAL = tl.constexpr(5)        # cut_val, cut_idx
 
 
 @triton.jit
+def _fresh(ptr):
+    """A load from L2 (not L1): scratch another program of the cooperative loop (:mod:`replay_kernels.filter_loop`)
+    stored before their barrier."""
+    return tl.load(ptr, cache_modifier=".cg")
+
+
+@triton.jit
+def stats_span(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, f, s, V, SPLITS, SPAN: tl.constexpr):
+    """Pass 1 on span ``s`` of listed row ``f``: max and sum-exp (relative to that max) of its clean values."""
+    row = tl.load(rows_ptr + f)
+    x = clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
+    m = tl.max(x, axis=0)
+    tl.store(pmax_ptr + f * SPLITS + s, m)
+    tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(x > float("-inf"), tl.exp(x - m), 0.0), axis=0))
+
+
+@triton.jit
 def _stats_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, pmax_ptr, psum_ptr, V, SPLITS,
                   SPAN: tl.constexpr):
-    """Pass 1, grid (G, SPLITS): max and sum-exp (relative to that max) of the span's clean values (one load)."""
-    s = tl.program_id(1)
+    """Grid (G, SPLITS): :func:`stats_span` (one load a span)."""
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
-        row = tl.load(rows_ptr + f)
-        x = clean(logits_ptr + row.to(tl.int64) * stride, s * SPAN + tl.arange(0, SPAN), V, tl.load(temp_ptr + row))
-        m = tl.max(x, axis=0)
-        tl.store(pmax_ptr + f * SPLITS + s, m)
-        tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(x > float("-inf"), tl.exp(x - m), 0.0), axis=0))
+        stats_span(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, f, tl.program_id(1), V, SPLITS, SPAN)
+
+
+@triton.jit
+def mass_span(logits_ptr, stride, rows_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr, f, s, V, SPLITS,
+              TIES: tl.constexpr, SPAN: tl.constexpr):
+    """Span ``s`` of listed row ``f``: its sum of exp(x - M) over x >= L (``TIES``: over L <= x < v*, and the
+    count of x == v*), from one load of the span. A row whose stage is off (``lo_ptr`` holds +inf) is skipped."""
+    L = _fresh(lo_ptr + f)
+    row = tl.load(rows_ptr + f)
+    if L < float("inf"):
+        offs = s * SPAN + tl.arange(0, SPAN)
+        x = clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
+        keep = (x >= L) & (x > float("-inf"))
+        if TIES:
+            vstar = _fresh(vstar_ptr + f)
+            tl.store(pcnt_ptr + f * SPLITS + s, tl.sum(((offs < V) & (x == vstar)).to(tl.int32), axis=0))
+            keep = keep & (x < vstar)
+        tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(keep, tl.exp(x - _fresh(m_ptr + f)), 0.0), axis=0))
 
 
 @triton.jit
 def _mass_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr, V,
                  SPLITS, TIES: tl.constexpr, SPAN: tl.constexpr):
-    """Grid (G, SPLITS): the span's sum of exp(x - M) over x >= L (``TIES``: over L <= x < v*, and the
-    count of x == v*), from one load of the span. Rows whose stage is off (``lo_ptr`` holds +inf) are
-    skipped at once."""
-    s = tl.program_id(1)
+    """Grid (G, SPLITS): :func:`mass_span`."""
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
-        L = tl.load(lo_ptr + f)
-        row = tl.load(rows_ptr + f)
-        if L < float("inf"):
-            offs = s * SPAN + tl.arange(0, SPAN)
-            x = clean(logits_ptr + row.to(tl.int64) * stride, offs, V, tl.load(temp_ptr + row))
-            keep = (x >= L) & (x > float("-inf"))
-            if TIES:
-                vstar = tl.load(vstar_ptr + f)
-                tl.store(pcnt_ptr + f * SPLITS + s, tl.sum(((offs < V) & (x == vstar)).to(tl.int32), axis=0))
-                keep = keep & (x < vstar)
-            tl.store(psum_ptr + f * SPLITS + s, tl.sum(tl.where(keep, tl.exp(x - tl.load(m_ptr + f)), 0.0), axis=0))
+        mass_span(logits_ptr, stride, rows_ptr, temp_ptr, lo_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr, f,
+                  tl.program_id(1), V, SPLITS, TIES, SPAN)
 
 
 @triton.jit
@@ -101,9 +123,9 @@ def _settle(lo, hi, below, pcnt_ptr, pmass_ptr, f, SPLITS: tl.constexpr, kk, S, 
     for s in tl.static_range(SPLITS):  # unrolled: the loads issue together, the adds stay in split order
         base = (f * SPLITS + s) * NC
         if MODE == SEARCH_TOPP:
-            mass += tl.load(pmass_ptr + base + j)
+            mass += tl.load(pmass_ptr + base + j, cache_modifier=".cg")
         else:
-            cnt += tl.load(pcnt_ptr + base + j)
+            cnt += tl.load(pcnt_ptr + base + j, cache_modifier=".cg")
     if MODE == SEARCH_TOPK:
         q = cnt >= kk
     elif MODE == SEARCH_TOPP:
@@ -129,65 +151,177 @@ def _separating(x, offs, V, lo, hi, L, vstar, MODE: tl.constexpr):
 
 
 @triton.jit
+def round_span(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr,
+               ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out, mass_out, f, s,
+               first, V, SPLITS: tl.constexpr, MODE: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
+               NC: tl.constexpr):
+    """One search round on span ``s`` of listed row ``f``. The interval and the partials are double-buffered by
+    round parity (``*_in`` from the previous round, ``*_out`` for the next), so no program of a round overwrites
+    what another still reads. Unless ``first``, settle the previous round's candidates (every program of the row
+    gets the same interval; the span-0 program stores it), then evaluate the new candidates on the span: keys
+    inside (lo, hi) for top-k (keys >= hi add to every count), keys in [lo, hi) for top-p (lower keys are the
+    carried base mass, so their exp is skipped too), ties of v* for the index search (``_separating``). The span
+    is loaded whole first and stops there without such a lane (one load, not a loop of dependent ones);
+    otherwise each tile adds its compare to per-lane [BLOCK, NC] accumulators, reduced once."""
+    row = tl.load(rows_ptr + f)
+    lo = _fresh(lo_in + f)
+    hi = _fresh(hi_in + f)
+    below = _fresh(base_in + f)
+    if first == 0:
+        if lo < hi:
+            kk = tl.load(topk_ptr + row)
+            lo, hi, below = _settle(lo, hi, below, cnt_in, mass_in, f, SPLITS, kk, _fresh(s_ptr + f),
+                                    _fresh(omp_ptr + f), _fresh(ndrop_ptr + f), MODE, NC)
+    if s == 0:
+        tl.store(lo_out + f, lo)
+        tl.store(hi_out + f, hi)
+        tl.store(base_out + f, below)
+    if lo < hi:
+        t = tl.load(temp_ptr + row)
+        row_ptr = logits_ptr + row.to(tl.int64) * stride
+        L = _fresh(bound_ptr + f)
+        M = _fresh(m_ptr + f)
+        vstar = _fresh(vstar_ptr + f)
+        cands = candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
+        offs = s * SPAN + tl.arange(0, SPAN)
+        x = clean(row_ptr, offs, V, t)
+        cnt = tl.zeros([NC], dtype=tl.int32)
+        if MODE == SEARCH_TOPK:  # keys >= hi count for every candidate
+            cnt += tl.sum(((offs < V) & (float_key(x) >= hi)).to(tl.int32), axis=0)
+        acc_cnt = tl.zeros([BLOCK, NC], dtype=tl.int32)
+        acc_mass = tl.zeros([BLOCK, NC], dtype=tl.float32)
+        if tl.max(_separating(x, offs, V, lo, hi, L, vstar, MODE).to(tl.int32), axis=0) > 0:
+            for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
+                offs_t = start + tl.arange(0, BLOCK)
+                xt = clean(row_ptr, offs_t, V, t)
+                inside = _separating(xt, offs_t, V, lo, hi, L, vstar, MODE)
+                if MODE == SEARCH_TOPK:
+                    acc_cnt += (inside[:, None] & (float_key(xt)[:, None] >= cands[None, :])).to(tl.int32)
+                elif MODE == SEARCH_TOPP:
+                    e = tl.where(inside, tl.exp(xt - M), 0.0)
+                    acc_mass += tl.where(float_key(xt)[:, None] < cands[None, :], e[:, None], 0.0)
+                else:
+                    acc_cnt += (inside[:, None] & (offs_t[:, None] < cands[None, :])).to(tl.int32)
+        base = (f * SPLITS + s) * NC + tl.arange(0, NC)
+        if MODE == SEARCH_TOPP:
+            tl.store(mass_out + base, tl.sum(acc_mass, axis=0))
+        else:
+            tl.store(cnt_out + base, cnt + tl.sum(acc_cnt, axis=0))
+
+
+@triton.jit
 def _round_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr,
                   vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out,
                   mass_out, V, SPLITS: tl.constexpr, MODE: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr,
                   BLOCK: tl.constexpr, NC: tl.constexpr):
-    """One search round, grid (G, SPLITS). The interval and the partials are double-buffered by round
-    parity (``*_in`` from the previous round, ``*_out`` for the next), so no program of this launch
-    overwrites what another still reads. Unless ``FIRST``, settle the previous round's candidates
-    (every program of the row gets the same interval; program 0 stores it), then evaluate the new
-    candidates on the span: keys inside (lo, hi) for top-k (keys >= hi add to every count), keys in
-    [lo, hi) for top-p (lower keys are the carried base mass, so their exp is skipped too), ties of v*
-    for the index search (``_separating``). The span is loaded whole first and stops there without such
-    a lane (one load, not a loop of dependent ones); otherwise each tile adds its compare to per-lane
-    [BLOCK, NC] accumulators, reduced once."""
-    s = tl.program_id(1)
+    """One search round, grid (G, SPLITS): :func:`round_span`."""
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
-        row = tl.load(rows_ptr + f)
-        lo = tl.load(lo_in + f)
-        hi = tl.load(hi_in + f)
-        below = tl.load(base_in + f)
-        if not FIRST:
+        round_span(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr,
+                   ndrop_ptr, lo_in, hi_in, base_in, lo_out, hi_out, base_out, cnt_in, mass_in, cnt_out, mass_out, f,
+                   tl.program_id(1), FIRST, V, SPLITS, MODE, SPAN, BLOCK, NC)
+
+
+@triton.jit
+def step_row(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr, sum_bound_ptr, m_ptr,
+             s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, cnt_in, mass_in, lo_out, hi_out,
+             base_out, cut_val_ptr, cut_idx_ptr, f, V, SPLITS: tl.constexpr, STEP: tl.constexpr,
+             HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
+    """Settle the search that just ran on listed row ``f`` and set up its next stage (see STEP_*)."""
+    row = tl.load(rows_ptr + f)
+    kk = tl.load(topk_ptr + row)
+    p = tl.load(topp_ptr + row)
+    zero64 = tl.zeros((), tl.int64)
+    if STEP == STEP_AFTER_STATS:
+        M = tl.full((), float("-inf"), tl.float32)
+        for s in tl.static_range(SPLITS):
+            M = tl.maximum(M, _fresh(pmax_ptr + f * SPLITS + s))
+        S0 = tl.zeros((), tl.float32)
+        for s in tl.static_range(SPLITS):
+            ms = _fresh(pmax_ptr + f * SPLITS + s)
+            S0 += tl.where(ms > float("-inf"), _fresh(psum_ptr + f * SPLITS + s) * tl.exp(ms - M), 0.0)
+        L = min_p_bound(M, tl.load(logminp_ptr + row))
+        tl.store(m_ptr + f, M)
+        tl.store(s0_ptr + f, S0)
+        tl.store(bound_ptr + f, L)
+        use_sum = (p < 1.0) & (M > float("-inf")) & (L > float("-inf"))
+        tl.store(sum_bound_ptr + f, tl.where(use_sum, L, float("inf")))
+        active = kk < V
+        lowest = float_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64)
+        tl.store(lo_out + f, tl.where(active, lowest, zero64))
+        tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
+    elif STEP == STEP_AFTER_TOPK:
+        L = tl.load(bound_ptr + f)
+        if kk < V:
+            lo = tl.load(lo_in + f)
+            hi = tl.load(hi_in + f)
             if lo < hi:
-                kk = tl.load(topk_ptr + row)
-                lo, hi, below = _settle(lo, hi, below, cnt_in, mass_in, f, SPLITS, kk, tl.load(s_ptr + f),
-                                        tl.load(omp_ptr + f), tl.load(ndrop_ptr + f), MODE, NC)
-        if s == 0:
-            tl.store(lo_out + f, lo)
-            tl.store(hi_out + f, hi)
-            tl.store(base_out + f, below)
-        if lo < hi:
-            t = tl.load(temp_ptr + row)
-            row_ptr = logits_ptr + row.to(tl.int64) * stride
-            L = tl.load(bound_ptr + f)
+                lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, 0, SEARCH_TOPK, NC)
+            L = tl.maximum(L, key_to_float(lo))
+            tl.store(bound_ptr + f, L)
             M = tl.load(m_ptr + f)
+            tl.store(sum_bound_ptr + f, tl.where((p < 1.0) & (M > float("-inf")) & (L > float("-inf")), L,
+                                                 float("inf")))
+    elif STEP == STEP_BEFORE_TOPP:
+        M = tl.load(m_ptr + f)
+        L = tl.load(bound_ptr + f)
+        S = tl.load(s0_ptr + f)
+        if HAS_BOUND_PASS:
+            if L > float("-inf"):
+                S = tl.zeros((), tl.float32)
+                for s in tl.static_range(SPLITS):
+                    S += _fresh(psum_ptr + f * SPLITS + s)
+        tl.store(s_ptr + f, S)
+        tl.store(omp_ptr + f, 1.0 - p)
+        active = (p < 1.0) & (M > float("-inf"))
+        tl.store(lo_out + f, tl.where(active, float_key(L).to(tl.int64), zero64))
+        tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
+        tl.store(base_out + f, 0.0)  # no kept mass below key(L)
+    elif STEP == STEP_AFTER_TOPP:
+        M = tl.load(m_ptr + f)
+        L = tl.load(bound_ptr + f)
+        active = (p < 1.0) & (M > float("-inf"))
+        vstar = tl.full((), float("inf"), tl.float32)
+        if active:
+            lo = tl.load(lo_in + f)
+            hi = tl.load(hi_in + f)
+            if lo < hi:
+                lo, hi, _ = _settle(lo, hi, tl.load(base_in + f), cnt_in, mass_in, f, SPLITS, kk,
+                                    tl.load(s_ptr + f), tl.load(omp_ptr + f), 0, SEARCH_TOPP, NC)
+            vstar = key_to_float(lo)
+        tl.store(vstar_ptr + f, vstar)
+        tl.store(sum_bound_ptr + f, tl.where(active, L, float("inf")))
+    elif STEP == STEP_BEFORE_IDX:
+        vstar = tl.load(vstar_ptr + f)
+        ndrop = tl.zeros((), tl.int32)
+        if vstar < float("inf"):
+            m = tl.zeros((), tl.int32)
+            below = tl.zeros((), tl.float32)
+            for s in tl.static_range(SPLITS):
+                m += _fresh(pcnt_ptr + f * SPLITS + s)
+                below += _fresh(psum_ptr + f * SPLITS + s)
+            if m > 1:
+                S = tl.load(s_ptr + f)
+                ndrop = tie_drops(tl.load(omp_ptr + f), below, S, vstar, tl.load(m_ptr + f), m).to(tl.int32)
+        tl.store(ndrop_ptr + f, ndrop)
+        tl.store(lo_out + f, zero64)
+        tl.store(hi_out + f, tl.where(ndrop > 0, zero64 + (V - 1), zero64))
+    else:  # STEP_FINAL
+        cut_val = tl.load(bound_ptr + f)
+        cut_idx = tl.zeros((), tl.int32)
+        if HAS_TOPP:
             vstar = tl.load(vstar_ptr + f)
-            cands = candidates(lo, hi, NC).to(tl.int32)  # inside [lo, hi], so int32 keys or token ids
-            offs = s * SPAN + tl.arange(0, SPAN)
-            x = clean(row_ptr, offs, V, t)
-            cnt = tl.zeros([NC], dtype=tl.int32)
-            if MODE == SEARCH_TOPK:  # keys >= hi count for every candidate
-                cnt += tl.sum(((offs < V) & (float_key(x) >= hi)).to(tl.int32), axis=0)
-            acc_cnt = tl.zeros([BLOCK, NC], dtype=tl.int32)
-            acc_mass = tl.zeros([BLOCK, NC], dtype=tl.float32)
-            if tl.max(_separating(x, offs, V, lo, hi, L, vstar, MODE).to(tl.int32), axis=0) > 0:
-                for start in range(s * SPAN, tl.minimum(s * SPAN + SPAN, V), BLOCK):  # tiles past V add nothing
-                    offs_t = start + tl.arange(0, BLOCK)
-                    xt = clean(row_ptr, offs_t, V, t)
-                    inside = _separating(xt, offs_t, V, lo, hi, L, vstar, MODE)
-                    if MODE == SEARCH_TOPK:
-                        acc_cnt += (inside[:, None] & (float_key(xt)[:, None] >= cands[None, :])).to(tl.int32)
-                    elif MODE == SEARCH_TOPP:
-                        e = tl.where(inside, tl.exp(xt - M), 0.0)
-                        acc_mass += tl.where(float_key(xt)[:, None] < cands[None, :], e[:, None], 0.0)
-                    else:
-                        acc_cnt += (inside[:, None] & (offs_t[:, None] < cands[None, :])).to(tl.int32)
-            base = (f * SPLITS + s) * NC + tl.arange(0, NC)
-            if MODE == SEARCH_TOPP:
-                tl.store(mass_out + base, tl.sum(acc_mass, axis=0))
-            else:
-                tl.store(cnt_out + base, cnt + tl.sum(acc_cnt, axis=0))
+            if vstar < float("inf"):
+                cut_val = vstar
+                ndrop = tl.load(ndrop_ptr + f)
+                if ndrop > 0:
+                    lo = tl.load(lo_in + f)
+                    hi = tl.load(hi_in + f)
+                    if lo < hi:
+                        lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, ndrop,
+                                            SEARCH_IDX, NC)
+                    cut_idx = lo.to(tl.int32)
+        tl.store(cut_val_ptr + row, cut_val)
+        tl.store(cut_idx_ptr + row, cut_idx)
 
 
 @triton.jit
@@ -195,103 +329,11 @@ def _step_kernel(rows_ptr, count_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr,
                  sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, cnt_in,
                  mass_in, lo_out, hi_out, base_out, cut_val_ptr, cut_idx_ptr, V, SPLITS: tl.constexpr,
                  STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
-    """Grid (G,): settle the search that just ran and set up the next stage of row f (see STEP_*)."""
+    """Grid (G,): :func:`step_row` of every listed row."""
     for f in range(tl.program_id(0), tl.load(count_ptr), tl.num_programs(0)):
-        row = tl.load(rows_ptr + f)
-        kk = tl.load(topk_ptr + row)
-        p = tl.load(topp_ptr + row)
-        zero64 = tl.zeros((), tl.int64)
-        if STEP == STEP_AFTER_STATS:
-            M = tl.full((), float("-inf"), tl.float32)
-            for s in tl.static_range(SPLITS):
-                M = tl.maximum(M, tl.load(pmax_ptr + f * SPLITS + s))
-            S0 = tl.zeros((), tl.float32)
-            for s in tl.static_range(SPLITS):
-                ms = tl.load(pmax_ptr + f * SPLITS + s)
-                S0 += tl.where(ms > float("-inf"), tl.load(psum_ptr + f * SPLITS + s) * tl.exp(ms - M), 0.0)
-            L = min_p_bound(M, tl.load(logminp_ptr + row))
-            tl.store(m_ptr + f, M)
-            tl.store(s0_ptr + f, S0)
-            tl.store(bound_ptr + f, L)
-            use_sum = (p < 1.0) & (M > float("-inf")) & (L > float("-inf"))
-            tl.store(sum_bound_ptr + f, tl.where(use_sum, L, float("inf")))
-            active = kk < V
-            lowest = float_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64)
-            tl.store(lo_out + f, tl.where(active, lowest, zero64))
-            tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
-        elif STEP == STEP_AFTER_TOPK:
-            L = tl.load(bound_ptr + f)
-            if kk < V:
-                lo = tl.load(lo_in + f)
-                hi = tl.load(hi_in + f)
-                if lo < hi:
-                    lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, 0, SEARCH_TOPK, NC)
-                L = tl.maximum(L, key_to_float(lo))
-                tl.store(bound_ptr + f, L)
-                M = tl.load(m_ptr + f)
-                tl.store(sum_bound_ptr + f, tl.where((p < 1.0) & (M > float("-inf")) & (L > float("-inf")), L,
-                                                     float("inf")))
-        elif STEP == STEP_BEFORE_TOPP:
-            M = tl.load(m_ptr + f)
-            L = tl.load(bound_ptr + f)
-            S = tl.load(s0_ptr + f)
-            if HAS_BOUND_PASS:
-                if L > float("-inf"):
-                    S = tl.zeros((), tl.float32)
-                    for s in tl.static_range(SPLITS):
-                        S += tl.load(psum_ptr + f * SPLITS + s)
-            tl.store(s_ptr + f, S)
-            tl.store(omp_ptr + f, 1.0 - p)
-            active = (p < 1.0) & (M > float("-inf"))
-            tl.store(lo_out + f, tl.where(active, float_key(L).to(tl.int64), zero64))
-            tl.store(hi_out + f, tl.where(active, float_key(M).to(tl.int64), zero64))
-            tl.store(base_out + f, 0.0)  # no kept mass below key(L)
-        elif STEP == STEP_AFTER_TOPP:
-            M = tl.load(m_ptr + f)
-            L = tl.load(bound_ptr + f)
-            active = (p < 1.0) & (M > float("-inf"))
-            vstar = tl.full((), float("inf"), tl.float32)
-            if active:
-                lo = tl.load(lo_in + f)
-                hi = tl.load(hi_in + f)
-                if lo < hi:
-                    lo, hi, _ = _settle(lo, hi, tl.load(base_in + f), cnt_in, mass_in, f, SPLITS, kk,
-                                        tl.load(s_ptr + f), tl.load(omp_ptr + f), 0, SEARCH_TOPP, NC)
-                vstar = key_to_float(lo)
-            tl.store(vstar_ptr + f, vstar)
-            tl.store(sum_bound_ptr + f, tl.where(active, L, float("inf")))
-        elif STEP == STEP_BEFORE_IDX:
-            vstar = tl.load(vstar_ptr + f)
-            ndrop = tl.zeros((), tl.int32)
-            if vstar < float("inf"):
-                m = tl.zeros((), tl.int32)
-                below = tl.zeros((), tl.float32)
-                for s in tl.static_range(SPLITS):
-                    m += tl.load(pcnt_ptr + f * SPLITS + s)
-                    below += tl.load(psum_ptr + f * SPLITS + s)
-                if m > 1:
-                    S = tl.load(s_ptr + f)
-                    ndrop = tie_drops(tl.load(omp_ptr + f), below, S, vstar, tl.load(m_ptr + f), m).to(tl.int32)
-            tl.store(ndrop_ptr + f, ndrop)
-            tl.store(lo_out + f, zero64)
-            tl.store(hi_out + f, tl.where(ndrop > 0, zero64 + (V - 1), zero64))
-        else:  # STEP_FINAL
-            cut_val = tl.load(bound_ptr + f)
-            cut_idx = tl.zeros((), tl.int32)
-            if HAS_TOPP:
-                vstar = tl.load(vstar_ptr + f)
-                if vstar < float("inf"):
-                    cut_val = vstar
-                    ndrop = tl.load(ndrop_ptr + f)
-                    if ndrop > 0:
-                        lo = tl.load(lo_in + f)
-                        hi = tl.load(hi_in + f)
-                        if lo < hi:
-                            lo, hi, _ = _settle(lo, hi, 0.0, cnt_in, mass_in, f, SPLITS, kk, 1.0, 0.0, ndrop,
-                                                SEARCH_IDX, NC)
-                        cut_idx = lo.to(tl.int32)
-            tl.store(cut_val_ptr + row, cut_val)
-            tl.store(cut_idx_ptr + row, cut_idx)
+        step_row(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr, sum_bound_ptr,
+                 m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_in, hi_in, base_in, cnt_in, mass_in, lo_out,
+                 hi_out, base_out, cut_val_ptr, cut_idx_ptr, f, V, SPLITS, STEP, HAS_BOUND_PASS, HAS_TOPP, NC)
 
 
 @dataclass

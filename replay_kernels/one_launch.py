@@ -63,7 +63,7 @@ ONE_LAUNCH_MAXNREG = 168  # 3 programs an SM; compiles to 159 unspilled (uncappe
 
 
 @triton.jit
-def _row_barrier(sync_ptr, r, target):
+def row_barrier(sync_ptr, r, target):
     """Wait until ``target`` arrivals are counted for row ``r``, this program's included: its stores before the
     call are then visible to the row's programs, and theirs to it (``acq_rel`` arrival; volatile reads while
     waiting, then one ``acquire``)."""
@@ -165,7 +165,7 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
                 x, score = _span_scores(base, s * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, DRAW_BLOCK)
                 _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
                             b * DRAW_SPLITS, first, DRAW_BLOCK)
-        _row_barrier(sync_ptr, b, arrivals)
+        row_barrier(sync_ptr, b, arrivals)
         arrivals += P
         _, token = block_argmax(part_max_ptr, part_arg_ptr, b * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
         done = 1
@@ -187,7 +187,7 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
                     tl.store(pall_ptr + b * CHECK_SPLITS + s, s_all)
                     tl.store(plow_ptr + b * CHECK_SPLITS + s, s_low)
                     tl.store(pcnt_ptr + b * CHECK_SPLITS + s, cnt)
-                _row_barrier(sync_ptr, b, arrivals)
+                row_barrier(sync_ptr, b, arrivals)
                 arrivals += P
                 done = _verdict(pall_ptr, plow_ptr, pcnt_ptr, b * CHECK_SPLITS, CHECK_SPLITS, xc, kk,
                                 p).to(tl.int32)

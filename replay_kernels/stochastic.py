@@ -68,6 +68,7 @@ from . import open_rows
 from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
+from .filter_loop import FilterLoop
 from .verify_bounds import WALK_OPEN, WALK_PENDING, Fallback, launch_fallback
 from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, processed_at, span_stats
 
@@ -193,6 +194,8 @@ class VerifyState:
     fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
     round_draw: sample-and-check of those rows' draws (its scratch, and its later draws split finer);
     open: the scratch of the open-row launch (``open_rows.launcher``; None: the rounds and the finish loop);
+    fallback_loop: the fallback's filter passes in one cooperative launch (:mod:`replay_kernels.filter_loop`;
+    None: the launch sequence);
     launches: the launch sequence, recorded on the first launch (:mod:`replay_kernels.launches`).
     """
 
@@ -233,13 +236,16 @@ class VerifyState:
     check: CheckScratch | None
     round_draw: DrawScratch | None
     open: OneLaunchScratch | None = None
+    fallback_loop: FilterLoop | None = None
     launches: list | None = None
 
 
 class StochasticSampler(LaunchSampler):
     """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton. ``open_rows``: as for
     the plain samplers (:class:`replay_kernels.plain.PlainSampler`), each checked request counted as open with
-    chance VERIFY_MISS (measured: a residual draw misses its top-p set with a chance 1 - p does not bound)."""
+    chance VERIFY_MISS (measured: a residual draw misses its top-p set with a chance 1 - p does not bound).
+    ``fallback_loop``: the exact-cut fallback's filter passes in one cooperative launch (False: the launch
+    sequence; the same cuts)."""
 
     name = "stochastic"
     description = ("MRV2 speculative verify in Triton: greedy + stochastic accept per request, residual "
@@ -249,8 +255,9 @@ class StochasticSampler(LaunchSampler):
 
     def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int | None = None,
                  filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS,
-                 fused_below: int | None = None, open_rows: bool | None = None):
+                 fused_below: int | None = None, open_rows: bool | None = None, fallback_loop: bool = True):
         self.open_rows = open_rows
+        self.fallback_loop = fallback_loop
         self.stats_block = stats_block
         self.fused_below = FUSED_BELOW if fused_below is None else fused_below  # read here: tools/ab_kernels.py --set
         self.position_warps = position_warps
@@ -320,7 +327,9 @@ class StochasticSampler(LaunchSampler):
             check=check, round_draw=round_draw, open=open_scratch,
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r, **i32), routes=routes,
-            num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback)
+            num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback,
+            fallback_loop=FilterLoop.allocate(fallback.filters, device) if fallback is not None and self.fallback_loop
+            else None)
 
     def launch(self, s: VerifyState) -> tuple[torch.Tensor, torch.Tensor]:
         """Device work only (no host sync, graph-capturable): returns ``(tokens, counts)``.
@@ -329,7 +338,7 @@ class StochasticSampler(LaunchSampler):
         state's preallocated buffers, overwritten by each launch.
         """
         if s.tokens.shape[0]:
-            run_cooperative(s, lambda: self._launch_all(s), ("open",))
+            run_cooperative(s, lambda: self._launch_all(s), ("open", "fallback_loop"))
         return s.tokens, s.counts
 
     def _launch_all(self, s: VerifyState) -> None:
@@ -341,7 +350,7 @@ class StochasticSampler(LaunchSampler):
         self._positions(s, draft, d_stride, p.cut_val, p.cut_idx, exact=False)
         cut = (p.cut_val, p.cut_idx)
         if s.fallback is not None:  # undecided top-p tests: the exact cuts of the pending requests' rows
-            launch_fallback(s.fallback, s.logits, s.cu, p, s.walk, s.pend)
+            launch_fallback(s.fallback, s.logits, s.cu, p, s.walk, s.pend, s.fallback_loop)
             cut = (s.fallback.cut_val, s.fallback.cut_idx)
             if s.tokens.shape[1] > 1:
                 self._positions(s, draft, d_stride, *cut, exact=True)

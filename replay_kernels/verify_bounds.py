@@ -46,6 +46,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import filter_loop
+from .filter_loop import FilterLoop
 from .filters import FilterScratch, launch_filters
 from .launches import launch
 from .partials import block_max
@@ -119,9 +121,10 @@ def bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, thr, 
     return verdict, kept_above
 
 
-# Programs along rows of the fallback's filter passes (each serves every 8th listed row): a step lists 3-5 rows
-# when one request is pending, none most often; 8 instead of 32 made the 13 idle search rounds 25.5 -> 14.1 µs
-# (R = 64, k = 4; docs/BENCHMARKS.md, twenty-fourth session).
+# Slots of the fallback's filter loop (each serves every 8th listed row; also the programs along rows of the launch
+# sequence, when the loop is off): a step lists 3-5 rows when one request is pending, none most often. 8 instead of
+# 32 made the sequence's 13 idle search rounds 25.5 -> 14.1 µs (R = 64, k = 4; docs/BENCHMARKS.md, twenty-fourth
+# session); the loop makes them one launch of 1.3 µs (twenty-seventh).
 FALLBACK_GRID_ROWS = 8
 LIST_BLOCK = 1024        # rows a step of the one-program listing reads
 
@@ -171,10 +174,17 @@ class Fallback:
 
 
 def launch_fallback(fb: Fallback, logits: torch.Tensor, cu: torch.Tensor, params, walk: torch.Tensor,
-                    pend: torch.Tensor) -> None:
+                    pend: torch.Tensor, loop: FilterLoop | None = None) -> None:
     """Device work: list the rows that need the exact cut and search it into ``fb.cut_val`` /
-    ``fb.cut_idx`` (every other row gets a copy of its prepared cut)."""
+    ``fb.cut_idx`` (every other row gets a copy of its prepared cut): in one cooperative launch
+    (:mod:`replay_kernels.filter_loop`) when ``loop`` is given and a slot of it fits the device, else by the
+    launch sequence of ``filters.launch_filters`` (the same cuts)."""
     launch(_fallback_rows_kernel, (1,), cu, fb.row_req, params.check, walk, pend, params.cut_val, params.cut_idx,
            fb.rows, fb.filters.count, fb.cut_val, fb.cut_idx, fb.row_req.numel(), BLOCK=LIST_BLOCK, num_warps=4)
-    launch_filters(logits, fb.rows, params.temp_div, params.log_min_p, params.top_k, params.top_p, fb.cut_val,
-                   fb.cut_idx, fb.filters)
+    args = (logits, fb.rows, params.temp_div, params.log_min_p, params.top_k, params.top_p, fb.cut_val, fb.cut_idx,
+            fb.filters)
+    run = None if loop is None else filter_loop.launcher(loop, *args)
+    if run is None:
+        launch_filters(*args)
+    else:
+        run()

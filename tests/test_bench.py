@@ -484,18 +484,19 @@ def test_kernel_resources_tool_compiles_each_launch_for_sm90():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(TOOLS.parent)
-    for requests, expected in ((20, ["_draw_kernel", "_check_kernel"] * 4 + ["_finish_kernel"]),
-                               (4, ["_draw_kernel", "_check_kernel", "_open_rows_kernel"]),
-                               (3, ["_one_launch_kernel"])):
-        out = subprocess.run([sys.executable, str(TOOLS / "kernel_resources.py"), "--impl", "gumbel-max", "--R",
-                              str(requests), "--V", "3000", "--top-p", "0.5"], capture_output=True, text=True,
-                             env=env, timeout=600)
-        assert out.returncode == 0, out.stderr[-2000:]
-        rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if line.startswith("| ") and "`" in line]
+    out = subprocess.run([sys.executable, str(TOOLS / "kernel_resources.py"), "--impl", "gumbel-max", "--R", "20,4,3",
+                          "--V", "3000", "--top-p", "0.5"], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    tables = out.stdout.split("# gumbel-max V=3000 R=")[1:]  # one table a request count, in the order given
+    for table, (requests, expected) in zip(tables, ((20, ["_draw_kernel", "_check_kernel"] * 4 + ["_finish_kernel"]),
+                                                    (4, ["_draw_kernel", "_check_kernel", "_open_rows_kernel"]),
+                                                    (3, ["_one_launch_kernel"])), strict=True):
+        assert table.startswith(f"{requests} ")
+        rows = [line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| ") and "`" in line]
         assert [r[1].strip().strip("`") for r in rows] == expected
         assert all(int(r[5]) > 0 and int(r[7]) > 0 for r in rows)  # registers and programs an SM
         if requests == 4:  # 4 slots allocated, of 2 programs (the draw spans at V = 3000)
-            assert "`_open_rows_kernel`: 4 slots of 2 programs allocated; an H200 holds" in out.stdout
+            assert "`_open_rows_kernel`: 4 slots of 2 programs allocated; an H200 holds" in table
     assert "needs its 6 programs resident at once; an H200 holds" in out.stdout  # grid (3, 2) at V = 3000
     tool = load_tool("kernel_resources")
     assert [tool.programs_per_sm(r, w) for r, w in ((96, 1), (111, 1), (75, 4), (128, 4), (32, 1))] == [20, 16, 6, 4, 32]

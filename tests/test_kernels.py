@@ -614,7 +614,8 @@ def test_stochastic_top_p_bounds_match_reference(seed, vocab, spike):
 def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch):
     """Across these steps some tests are decided by the bounds and some go to the exact fallback; both
     give the reference's tokens (so neither path is dead code). The same tokens again when the fallback's
-    passes have one program along rows, which then serves every row the fallback lists in turn."""
+    passes have one program along rows, which then serves every row the fallback lists in turn, and the same
+    cuts when they run as the launch sequence instead of the cooperative loop (replay_kernels/filter_loop.py)."""
     impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
     pending = requests = 0
     for seed in range(100, 103):  # pending requests 1, 1, 1 of 6, 8, 10 (seeds 103-105: 0, 2, 2 of 7, 7, 8)
@@ -627,6 +628,13 @@ def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch
         pending += pending_requests(state)
         requests += int((step.num_drafts > 0).sum())
         compare(step, impl.result(state, tokens, counts), ReferenceSampler().sample(step))
+        seq = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256,
+                                fallback_loop=False)
+        sequence = seq.prepare(step)
+        assert state.fallback_loop is not None and sequence.fallback_loop is None
+        assert [torch.equal(a, b) for a, b in zip(seq.launch(sequence), (tokens, counts))] == [True, True]
+        assert torch.equal(sequence.fallback.cut_val, state.fallback.cut_val)
+        assert torch.equal(sequence.fallback.cut_idx, state.fallback.cut_idx)
         monkeypatch.setattr(verify_bounds, "FALLBACK_GRID_ROWS", 1)
         one = impl.prepare(step)
         assert one.fallback.filters.grid_rows == 1

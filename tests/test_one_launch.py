@@ -198,7 +198,7 @@ def _assert_open_rows_as_rounds(step, impl_cls, monkeypatch, device: str = "cpu"
         assert not state.open.sync.any() and not state.open.exits.any() and not state.check.open_len.any()
         again = impl.launch(state)
         assert torch.equal(again[0], tokens) and torch.equal(again[1], counts)
-        got = impl.sample(step.to(device))
+        got = impl.result(state, tokens, counts)
     rounds = impl_cls(open_rows=False, **shape).sample(step.to(device))
     assert torch.equal(rounds.tokens.cpu(), tokens.cpu()) and torch.equal(rounds.counts.cpu(), counts.cpu())
     compare(step, got, ReferenceSampler().sample(step), max_near_ties=0)

@@ -64,6 +64,7 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("SYNTHETIC verify k=4 R=256", None, 256, 4, 1.0),
     ("SYNTHETIC verify k=4 top-p 0.9 R=8", None, 8, 4, 0.9),
     ("SYNTHETIC verify k=4 top-p 0.9 R=64", None, 64, 4, 0.9),
+    ("SYNTHETIC verify k=4 top-p 0.9 R=256", None, 256, 4, 0.9),
     ("SYNTHETIC top-k 50 + top-p 0.9 R=1", None, 1, 0, 0.9, 50),
     ("SYNTHETIC top-k 50 + top-p 0.9 R=64", None, 64, 0, 0.9, 50),
     ("SYNTHETIC top-k 50 + top-p 0.9 R=256", None, 256, 0, 0.9, 50),
@@ -132,6 +133,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=1,
                     help="SYNTHETIC steps a case (different seeds); cells give the median and range over them")
+    ap.add_argument("--per-step", action="store_true",
+                    help="also each step's median per variant, with the rows a verify listed for its exact-cut "
+                    "fallback")
     ap.add_argument("--kernels", action="store_true",
                     help="also each variant's device time per kernel (torch.profiler, 10 launches), after the table")
     args = ap.parse_args()
@@ -166,7 +170,7 @@ def main() -> int:
     print("| case | " + " | ".join(names) + " | tokens |")
     print("|---|" + "---:|" * len(names) + "---|")
     differ = 0
-    kernel_lines = []
+    kernel_lines, step_lines = [], []
     for label, source, R, k, top_p, *top_k in cases:
         per_step = {n: [] for n in names}
         same = True
@@ -186,6 +190,11 @@ def main() -> int:
                     times[name].append(time_graph(lambda: impl.launch(state), 16, 50.0)[0])
             for n in names:
                 per_step[n].append(statistics.median(times[n]))
+            if args.per_step:
+                fallback = getattr(states[ref][1], "fallback", None)
+                listed = f", {int(fallback.filters.count)} rows listed" if fallback is not None else ""
+                step_lines.append(f"{label} step {i}{listed}: "
+                                  + ", ".join(f"{n} {per_step[n][-1]:.1f}" for n in names))
             if args.kernels and i == 0:
                 from profile_kernels import kernel_times  # tools/profile_kernels.py, next to this script
 
@@ -204,6 +213,9 @@ def main() -> int:
                            for n in names)
         steps = f" ({len(per_step[ref])} steps)" if len(per_step[ref]) > 1 else ""
         print(f"| {label}{steps} | {cells} | {'same' if same else 'DIFFER'} |", flush=True)
+    if step_lines:
+        print("\nEach step's median µs a launch:\n")
+        print("\n".join(f"* {line}" for line in step_lines))
     if kernel_lines:
         print("\nDevice µs per launch by kernel (calls per launch):\n")
         print("\n".join(f"* {line}" for line in kernel_lines))

@@ -51,7 +51,7 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
 
     from replay_harness.bench.kernels.cases import Inputs
     from replay_harness.impls import get_impl
-    from replay_kernels import one_launch, open_rows
+    from replay_kernels import filter_loop, one_launch, open_rows
 
     launches = []
 
@@ -64,14 +64,15 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
         step.logits = step.logits.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype]))
     impl = get_impl(impl_name)
     state = impl.prepare(step)
-    run, fits, slots = JITFunction.run, one_launch.fits, open_rows.slots
+    run, fits, slots, loop_slots = JITFunction.run, one_launch.fits, open_rows.slots, filter_loop.loop_grid
     JITFunction.run = record
     one_launch.fits = lambda *args: True  # as on a GPU with room for its programs (main checks the room)
     open_rows.slots = lambda s, *args: s.sync.numel()  # every slot allocated (main says how many fit)
+    filter_loop.loop_grid = lambda loop, *args: (loop.sync.numel(), loop.programs)
     try:
         impl.launch(state)
     finally:
-        JITFunction.run, one_launch.fits, open_rows.slots = run, fits, slots
+        JITFunction.run, one_launch.fits, open_rows.slots, filter_loop.loop_grid = run, fits, slots, loop_slots
     return launches
 
 
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--impl", default="gumbel-max", help="an impl with prepare/launch (gumbel-max, stochastic, "
                     "serial-scan)")
-    ap.add_argument("--R", type=int, default=256, help="requests")
+    ap.add_argument("--R", default="256", help="requests, or a comma list of request counts (one table each, one "
+                    "process)")
     ap.add_argument("--k", type=int, default=0, help="drafts a request (stochastic)")
     ap.add_argument("--V", type=int, default=248320, help="vocabulary")
     ap.add_argument("--top-p", type=float, default=1.0)
@@ -132,13 +134,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are imported: compile them, do not interpret them
     try:
-        launches = record_launches(args.impl, args.V, args.R, args.k, args.top_p, args.dtype, args.top_k)
+        counts = [int(r) for r in args.R.split(",")]
+    except ValueError:
+        print(f"kernel_resources: --R {args.R!r}: expected request counts, comma-separated", file=sys.stderr)
+        return 2
+    for R in counts:
+        rc = report(args, R)
+        if rc:
+            return rc
+    return 0
+
+
+def report(args, R: int) -> int:
+    """Print the table of one shape's launches (``R`` requests); 2 (one line on stderr) when it cannot."""
+    try:
+        launches = record_launches(args.impl, args.V, R, args.k, args.top_p, args.dtype, args.top_k)
     except Exception as e:  # noqa: BLE001 - an unknown impl, one without prepare/launch, a bad shape: one line
         print(f"kernel_resources: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    print(f"# {args.impl} V={args.V} R={args.R} k={args.k} top_p={args.top_p} top_k={args.top_k} {args.dtype}: "
-          f"{len(launches)} "
-          "launches, compiled for sm_90")
+    print(f"# {args.impl} V={args.V} R={R} k={args.k} top_p={args.top_p} top_k={args.top_k} {args.dtype}: "
+          f"{len(launches)} launches, compiled for sm_90")
     print("| # | kernel | grid | warps | maxnreg | regs | stack B | programs an SM | sass |")
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
     seen, notes = {}, []
@@ -157,14 +172,17 @@ def main(argv: list[str] | None = None) -> int:
         maxnreg = kw.get("maxnreg") or "-"
         print(f"| {i} | `{fn.__name__}` | {tuple(grid)} | {warps} | {maxnreg} | {regs} | {stack} | "
               f"{programs_per_sm(regs, warps)} | {sass} |", flush=True)
+        room = H200_SMS * programs_per_sm(regs, warps)
         if fn.__name__ == "_one_launch_kernel":  # its programs wait for each other: all must be resident
-            need, room = grid[0] * grid[1], H200_SMS * programs_per_sm(regs, warps)
+            need = grid[0] * grid[1]
             notes.append(f"`_one_launch_kernel` needs its {need} programs resident at once; an H200 holds {room}"
                          + ("" if need <= room else ": there the sampler runs the launch sequence instead"))
         if fn.__name__ == "_open_rows_kernel":  # slots of grid[1] programs, as many as are resident at once
-            room = H200_SMS * programs_per_sm(regs, warps)
             notes.append(f"`_open_rows_kernel`: {grid[0]} slots of {grid[1]} programs allocated; an H200 holds "
                          f"{room} programs, so {min(grid[0], room // grid[1])} slots run")
+        if fn.__name__ == "_filter_loop_kernel":  # every slot, with fewer programs a slot when they do not fit
+            notes.append(f"`_filter_loop_kernel`: {grid[0]} slots of {grid[1]} programs allocated; an H200 holds "
+                         f"{room} programs, so each slot runs {max(1, min(grid[1], room // grid[0]))}")
     for note in notes:
         print(note)
     return 0
