@@ -62,13 +62,13 @@ from replay_harness.recording.step import ROUTE_CODE, Step
 from .accept import accept_test
 from .draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
 from .partials import last_to_arrive
+from .filter_loop import FilterLoop
 from .filters import FILTER_SPAN
 from .launches import launch, run_cooperative
 from . import open_rows
 from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
-from .filter_loop import FilterLoop
 from .verify_bounds import WALK_OPEN, WALK_PENDING, Fallback, launch_fallback
 from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, processed_at, span_stats
 
@@ -304,6 +304,7 @@ class StochasticSampler(LaunchSampler):
             if self.open_rows is not False:  # a residual draw's miss is not bounded by 1 - p: VERIFY_MISS a request
                 misses = (VERIFY_MISS,) * len(params.check_miss)
                 open_scratch = open_rows.allocate(r, v, self.filter_span, device, misses, force=bool(self.open_rows))
+        loop = FilterLoop.allocate(fallback.filters, device) if fallback is not None and self.fallback_loop else None
         fused = r < self.fused_below
         # span stats per request: every position's when one launch takes them all (fused; the fallback's exact round)
         slots = nbs * max(1, host.max_drafts) if fused or params.any_check else nbs
@@ -328,8 +329,7 @@ class StochasticSampler(LaunchSampler):
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r, **i32), routes=routes,
             num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback,
-            fallback_loop=FilterLoop.allocate(fallback.filters, device) if fallback is not None and self.fallback_loop
-            else None)
+            fallback_loop=loop)
 
     def launch(self, s: VerifyState) -> tuple[torch.Tensor, torch.Tensor]:
         """Device work only (no host sync, graph-capturable): returns ``(tokens, counts)``.

@@ -46,8 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import filter_loop
-from .filter_loop import FilterLoop
+from .filter_loop import FilterLoop, launcher
 from .filters import FilterScratch, launch_filters
 from .launches import launch
 from .partials import block_max
@@ -183,7 +182,7 @@ def launch_fallback(fb: Fallback, logits: torch.Tensor, cu: torch.Tensor, params
            fb.rows, fb.filters.count, fb.cut_val, fb.cut_idx, fb.row_req.numel(), BLOCK=LIST_BLOCK, num_warps=4)
     args = (logits, fb.rows, params.temp_div, params.log_min_p, params.top_k, params.top_p, fb.cut_val, fb.cut_idx,
             fb.filters)
-    run = None if loop is None else filter_loop.launcher(loop, *args)
+    run = None if loop is None else launcher(loop, *args)
     if run is None:
         launch_filters(*args)
     else:
