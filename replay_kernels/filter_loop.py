@@ -32,8 +32,9 @@ from .filters import (ROUND_BLOCK, ROUND_WARPS, SEARCH_IDX, SEARCH_TOPK, SEARCH_
                       STEP_AFTER_TOPK, STEP_AFTER_TOPP, STEP_BEFORE_IDX, STEP_BEFORE_TOPP, STEP_FINAL, FilterScratch,
                       mass_span, round_span, stats_span, step_row)
 from .interpret import interpreting
-from .launches import launch
-from .one_launch import row_barrier, resident_programs
+from . import one_launch
+from .launches import compiled_kernel, launch
+from .one_launch import row_barrier
 from .partials import last_to_arrive
 
 LOOP_MAXNREG = None  # register cap of the loop (None: uncapped, 255 registers and 40 B of stack on sm_90, triton 3.6)
@@ -206,10 +207,8 @@ def loop_grid(loop: FilterLoop, args: tuple, options: dict, device) -> tuple[int
         return allocated, 1
     if interpreting() or device.type != "cuda":
         return None
-    compiled = _filter_loop_kernel.warmup(*args, grid=(allocated, loop.programs), **options)
-    if hasattr(compiled, "result"):
-        compiled = compiled.result()
-    room = resident_programs(compiled, device)
+    room = one_launch.resident_programs(compiled_kernel(_filter_loop_kernel, (allocated, loop.programs), args,
+                                                        options), device)
     if room < allocated:
         return (room, 1) if room else None
     return allocated, min(loop.programs, room // allocated)

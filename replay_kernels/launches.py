@@ -41,15 +41,22 @@ def launch(kernel, grid: tuple, *args, **options) -> None:
         recording.append(_compiled_call(kernel, grid, args, options))
 
 
+def compiled_kernel(kernel: JITFunction, grid: tuple, args: tuple, options: dict):
+    """The compiled kernel ``kernel[grid](*args, **options)`` launches (``JITFunction.warmup``: the same
+    specialization and cache), or None when warmup gives none (a jit_cache_hook, or a tool that intercepts run)."""
+    compiled = kernel.warmup(*args, grid=grid, **options)
+    if hasattr(compiled, "result"):  # an asynchronous compile
+        compiled = compiled.result()
+    return compiled
+
+
 def _compiled_call(kernel, grid: tuple, args: tuple, options: dict) -> Callable[[], None]:
     """A call that launches ``kernel[grid](*args, **options)`` through the compiled kernel's launcher."""
     if not isinstance(kernel, JITFunction):  # the interpreter's kernels
         return partial(kernel[grid], *args, **options)
-    compiled = kernel.warmup(*args, grid=grid, **options)
-    if compiled is None:  # no compiled kernel to keep (a jit_cache_hook, or a tool that intercepts run)
+    compiled = compiled_kernel(kernel, grid, args, options)
+    if compiled is None:  # no compiled kernel to keep
         return partial(kernel[grid], *args, **options)
-    if hasattr(compiled, "result"):  # an asynchronous compile
-        compiled = compiled.result()
     params = kernel.signature.parameters
     bound = kernel.signature.bind(*args, **{k: v for k, v in options.items() if k in params})
     bound.apply_defaults()

@@ -49,7 +49,7 @@ import triton.language as tl
 
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
 from .interpret import interpreting
-from .launches import launch
+from .launches import compiled_kernel, launch
 from .bound_rules import keep_mask
 from .params import process_loaded
 from .partials import block_argmax, block_max, last_to_arrive
@@ -328,10 +328,8 @@ def fits(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts
     if interpreting() or logits.device.type != "cuda":
         return False
     grid = (mode.numel(), s.programs)
-    compiled = _one_launch_kernel.warmup(*_args(s, logits, mode, row, params, seed, positions, counts_init, counts,
-                                                tokens), grid=grid, **launch_options(s))
-    if hasattr(compiled, "result"):
-        compiled = compiled.result()
+    compiled = compiled_kernel(_one_launch_kernel, grid, _args(s, logits, mode, row, params, seed, positions,
+                                                               counts_init, counts, tokens), launch_options(s))
     return mode.numel() * s.programs <= resident_programs(compiled, logits.device)
 
 

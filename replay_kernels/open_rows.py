@@ -24,7 +24,7 @@ import triton.language as tl
 
 from . import one_launch
 from .draw import MODE_NONE, MODE_RESIDUAL
-from .launches import launch
+from .launches import compiled_kernel, launch
 from .one_launch import OneLaunchScratch, interpreting, settle_row
 from .partials import last_to_arrive
 from .rng import murmur3_row_key
@@ -134,7 +134,5 @@ def slots(s: OneLaunchScratch, args: tuple, options: dict, device) -> int:
         return allocated
     if interpreting() or device.type != "cuda":
         return 0
-    compiled = _open_rows_kernel.warmup(*args, grid=(allocated, s.programs), **options)
-    if hasattr(compiled, "result"):
-        compiled = compiled.result()
+    compiled = compiled_kernel(_open_rows_kernel, (allocated, s.programs), args, options)
     return min(allocated, one_launch.resident_programs(compiled, device) // s.programs)

@@ -64,7 +64,7 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
         step.logits = step.logits.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype]))
     impl = get_impl(impl_name)
     state = impl.prepare(step)
-    run, fits, slots, loop_slots = JITFunction.run, one_launch.fits, open_rows.slots, filter_loop.loop_grid
+    run, fits, slots, loop_grid = JITFunction.run, one_launch.fits, open_rows.slots, filter_loop.loop_grid
     JITFunction.run = record
     one_launch.fits = lambda *args: True  # as on a GPU with room for its programs (main checks the room)
     open_rows.slots = lambda s, *args: s.sync.numel()  # every slot allocated (main says how many fit)
@@ -72,7 +72,7 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
     try:
         impl.launch(state)
     finally:
-        JITFunction.run, one_launch.fits, open_rows.slots, filter_loop.loop_grid = run, fits, slots, loop_slots
+        JITFunction.run, one_launch.fits, open_rows.slots, filter_loop.loop_grid = run, fits, slots, loop_grid
     return launches
 
 
