@@ -617,6 +617,7 @@ def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch
     passes have one program along rows, which then serves every row the fallback lists in turn, and the same
     cuts when they run as the launch sequence instead of the cooperative loop (replay_kernels/filter_loop.py)."""
     impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    seq = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256, fallback_loop=False)
     pending = requests = 0
     for seed in range(100, 103):  # pending requests 1, 1, 1 of 6, 8, 10 (seeds 103-105: 0, 2, 2 of 7, 7, 8)
         step = top_p_verify_step(seed, 200, 10, 0.0)
@@ -628,8 +629,6 @@ def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch
         pending += pending_requests(state)
         requests += int((step.num_drafts > 0).sum())
         compare(step, impl.result(state, tokens, counts), ReferenceSampler().sample(step))
-        seq = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256,
-                                fallback_loop=False)
         sequence = seq.prepare(step)
         assert state.fallback_loop is not None and sequence.fallback_loop is None
         assert [torch.equal(a, b) for a, b in zip(seq.launch(sequence), (tokens, counts))] == [True, True]
