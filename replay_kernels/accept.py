@@ -16,7 +16,7 @@ from .draw import MODE_NONE, MODE_RESIDUAL, MODE_TARGET
 from .partials import block_argmax
 from .rng import accept_uniform
 from .verify_bounds import VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_PENDING, bounded_verdict
-from .verify_stats import global_lse, processed_at
+from .verify_stats import bound_sums, global_lse, processed_at
 
 
 @triton.jit
@@ -44,6 +44,11 @@ def accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_ptr
     row = start + i
     d = tl.load(dtok_row_ptr + row)
     go = tl.zeros((), tl.int32)
+    if BOUNDED:  # every plane loaded up front, in flight while the row's other loads are: read only if bounded
+        gm, S, rb, x2, hn, hf = bound_sums(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, CHUNK)
+    else:  # never read
+        zero = tl.zeros((), tl.float32)
+        gm, S, rb, x2, hn, hf = zero, zero, zero, zero, zero, zero
     if greedy:
         _, best = block_argmax(smax_ptr, sarg_ptr, base, NB, CHUNK)
         tl.store(tokens_ptr + r * tok_stride + i, best.to(tl.int64))
@@ -65,8 +70,7 @@ def accept_test(r, i, start, greedy, temp, base, seed_ptr, dtok_row_ptr, pos_ptr
         if BOUNDED:
             bounded = tl.load(check_ptr + row) != 0
         if bounded:  # one-hot drafts: log q = 0
-            verdict, kept_above = bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, tl.log(u),
-                                                  tl.load(topp_ptr + row), CHUNK)
+            verdict, kept_above = bounded_verdict(gm, S, rb, x2, hn, hf, xd, tl.log(u), tl.load(topp_ptr + row))
         else:
             lt = global_lse(smax_ptr, ssum_ptr, base, NB, CHUNK)
             log_q = tl.zeros((), tl.float32)

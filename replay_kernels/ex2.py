@@ -37,3 +37,14 @@ def exp_terms(x):
                                          is_pure=True, pack=1)
     else:
         return tl.exp(x)
+
+
+@triton.jit
+def exp2_terms(y):
+    """``2^y`` for float32 ``y`` (any shape), one ``MUFU.EX2`` on the GPU (results below 2^-126: +0); for a caller
+    that folds ``log2 e`` into an FMA of its own (``verify_stats.span_bounds``)."""
+    if FTZ:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [y], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.exp2(y)

@@ -100,30 +100,39 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
                      SPAN: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
     """Draft position ``i0`` of every request still verifying: span stats of its row, then (in the last
     program of the request to arrive) the accept test of position i0, which may end the request's walk.
-    ``EXACT``: the second round after the fallback, for the pending requests, with the exact cuts.
-    ``ALL`` (few requests; and the EXACT round): every position at once, grid axis 2, stats of each position in
-    its own slot of the P; the last program of the request walks the positions in order (same stats, same
-    tests); in the EXACT round only a pending request's programs arrive, and its walk starts at its pending
-    position."""
+    ``ALL`` (few requests): every position at once, grid axis 2, stats of each position in its own slot of the P;
+    the last program of the request walks the positions in order (same stats, same tests).
+    ``EXACT``: the second round after the fallback, with the exact cuts, grid ``(R, NB, 1)``: only a pending
+    request's programs read anything more than its walk state; program ``(r, b)`` takes span b of each of its
+    positions from the pending one on, each in its own slot of the P, and the last to arrive walks on from there."""
     r = tl.program_id(0)
     b = tl.program_id(1)
-    i = i0
-    slot = 0
-    if ALL:
-        i = tl.program_id(2)
-        slot = i
     start = tl.load(cu_ptr + r)
     k = tl.load(cu_ptr + r + 1) - start - 1
     temp = tl.load(req_temp_ptr + r)
     greedy = temp == 0.0
-    verifying = i < k
-    arrive = True
     j0 = 0
-    if EXACT:  # always ALL (one launch): a pending request's positions from its pending one on
-        arrive = tl.load(walk_ptr + r) == WALK_PENDING
-        j0 = tl.load(pend_ptr + r)
-        verifying = verifying & arrive & (i >= j0)
+    if EXACT:  # a pending request's positions from its pending one on, in one program a span
+        if tl.load(walk_ptr + r) == WALK_PENDING:
+            j0 = tl.load(pend_ptr + r)
+            for i in range(j0, k):
+                _position_span(i, i, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, logits_ptr, l_stride,
+                               draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, smax_ptr,
+                               ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, V, NB, P, HAS_DRAFT,
+                               False, SPAN, BLOCK)
+            if last_to_arrive(arrivals_ptr, r, NB):
+                _walk(r, j0, k, start, greedy, temp, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
+                      l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
+                      smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr,
+                      tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
+                      lse_t_ptr, lse_q_ptr, kept_ptr, NB, P, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
     else:
+        i = i0
+        slot = 0
+        if ALL:
+            i = tl.program_id(2)
+            slot = i
+        verifying = i < k
         if (i == 0) & (b == 0):  # the plan if every draft is accepted (or k = 0): the bonus row's draw
             tl.store(mode_ptr + r, tl.where(greedy, MODE_GREEDY, MODE_TARGET))
             tl.store(rrow_ptr + r, start + k)
@@ -133,45 +142,71 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
         if not ALL:
             if i > 0:
                 verifying = verifying & (tl.load(walk_ptr + r) == WALK_OPEN)  # from the launch of i - 1
-    if verifying:
-        row = start + i
-        d = tl.load(dtok_row_ptr + row)
-        if greedy | (d >= 0):  # a stochastic placeholder needs no stats
-            t = tl.load(temp_div_ptr + row)
-            cv = tl.load(cut_val_ptr + row)
-            ci = tl.load(cut_idx_ptr + row)
-            row_base = logits_ptr + row.to(tl.int64) * l_stride
-            bounded = False  # top-p decided by bounds (verify_bounds.py); never in the EXACT round
-            xd = tl.full((), float("-inf"), tl.float32)
-            if BOUNDED:
-                bounded = (tl.load(check_ptr + row) != 0) & (d >= 0)
-                if bounded:
-                    xd = processed_at(row_base, d, t, cv, ci)
-            lo = b * SPAN
-            span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo,
-                       tl.minimum(lo + SPAN, V), greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
-                       sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK)
-    if ALL:  # every program of the request arrives (EXACT: of a pending one); the last walks the positions
-        if arrive:
+        if verifying:
+            _position_span(i, slot, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, logits_ptr, l_stride,
+                           draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, smax_ptr, ssum_ptr,
+                           sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, V, NB, P, HAS_DRAFT, BOUNDED, SPAN,
+                           BLOCK)
+        if ALL:  # every program of the request arrives; the last walks the positions
             if last_to_arrive(arrivals_ptr, r, NB * P):
-                go = tl.full((), 1, tl.int32)
-                for j in range(j0, k):
-                    if go != 0:
-                        go = accept_test(r, j, start, greedy, temp, (r * P + j) * NB, seed_ptr, dtok_row_ptr,
-                                         pos_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr,
-                                         cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr, ssum_ptr,
-                                         sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr,
-                                         tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr,
-                                         rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, NB, HAS_DRAFT,
-                                         BOUNDED, EXACT, CHUNK)
-    elif verifying:
-        if last_to_arrive(arrivals_ptr, r, NB):
-            accept_test(r, i, start, greedy, temp, r * P * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
-                        logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
-                        check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
-                        bstride, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr,
-                        slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, NB, HAS_DRAFT, BOUNDED, EXACT,
-                        CHUNK)
+                _walk(r, j0, k, start, greedy, temp, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
+                      l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
+                      smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr,
+                      tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
+                      lse_t_ptr, lse_q_ptr, kept_ptr, NB, P, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
+        elif verifying:
+            if last_to_arrive(arrivals_ptr, r, NB):
+                accept_test(r, i, start, greedy, temp, r * P * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
+                            logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
+                            check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
+                            bstride, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr,
+                            slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, NB, HAS_DRAFT, BOUNDED,
+                            EXACT, CHUNK)
+
+
+@triton.jit
+def _position_span(i, slot, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr,
+                   d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, smax_ptr, ssum_ptr, sarg_ptr,
+                   dmax_ptr, dsum_ptr, sbound_ptr, bstride, V, NB, P, HAS_DRAFT: tl.constexpr,
+                   BOUNDED: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Span b of request r's verify row at position i: its stats (verify_stats.span_stats) in slot ``slot`` of
+    the P (a stochastic placeholder needs none)."""
+    row = start + i
+    d = tl.load(dtok_row_ptr + row)
+    if greedy | (d >= 0):
+        t = tl.load(temp_div_ptr + row)
+        cv = tl.load(cut_val_ptr + row)
+        ci = tl.load(cut_idx_ptr + row)
+        row_base = logits_ptr + row.to(tl.int64) * l_stride
+        bounded = False  # top-p decided by bounds (verify_bounds.py); never in the EXACT round
+        xd = tl.full((), float("-inf"), tl.float32)
+        if BOUNDED:
+            bounded = (tl.load(check_ptr + row) != 0) & (d >= 0)
+            if bounded:
+                xd = processed_at(row_base, d, t, cv, ci)
+        lo = b * SPAN
+        span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo,
+                   tl.minimum(lo + SPAN, V), greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
+                   sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK)
+
+
+@triton.jit
+def _walk(r, j0, k, start, greedy, temp, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr,
+          d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr,
+          dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr,
+          rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, NB, P, HAS_DRAFT: tl.constexpr,
+          BOUNDED: tl.constexpr, EXACT: tl.constexpr, CHUNK: tl.constexpr):
+    """The accept tests of request r's positions j0 .. k - 1 in order, each from its slot of the P, until one
+    ends the walk."""
+    go = tl.full((), 1, tl.int32)
+    for j in range(j0, k):
+        if go != 0:
+            go = accept_test(r, j, start, greedy, temp, (r * P + j) * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
+                             logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
+                             check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
+                             bstride, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr,
+                             slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, NB, HAS_DRAFT, BOUNDED,
+                             EXACT, CHUNK)
 
 
 @dataclass
@@ -389,7 +424,7 @@ class StochasticSampler(LaunchSampler):
         bounded = (s.fallback is not None) and not exact
         maxnreg = BOUND_MAXNREG if bounded else None if exact else self.position_maxnreg  # exact: uncapped
         for i in range(1 if fused else s.positions_launched):
-            launch(_position_kernel, (s.tokens.shape[0], s.num_stats_blocks, slots),
+            launch(_position_kernel, (s.tokens.shape[0], s.num_stats_blocks, 1 if exact else slots),
                    i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
                    s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
                    s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.sbound, s.sbound.stride(0), s.arrivals, s.walk, s.pend,

@@ -2,7 +2,8 @@
 
 A stochastic verify accepts draft d at a row iff ``log p(d) > log u + log q(d)``, where ``p`` is the
 softmax of the processed row: after top-p, ``p(d) = e_d / S_kept`` if d is kept, else 0
-(``e_j = exp(x_j - M)``, ``M`` the row's largest value, ``S`` the sum of every ``e_j`` left by min-p).
+(``e_j = exp(x_j - x_d)``, masses taken against the draft's own value, so ``e_d = 1``; ``S`` the sum of every
+``e_j`` left by min-p).
 Searching the top-p cut of every verify row costs up to 23 passes over it (:mod:`replay_kernels.filters`).
 One pass gives ``S``, ``Rb`` (the mass strictly before d in the ascending ``(value, token id)`` order
 the oracle sorts by) and ``X2`` (the largest value strictly before d), and with them:
@@ -11,17 +12,17 @@ the oracle sorts by) and ``X2`` (the largest value strictly before d), and with 
 * the removed mass ``R*`` is the largest prefix sum of the order that is at most ``(1 - p) S``, and
   ``c*``, the first kept token, is at or before d. If ``Rb <= (1 - p) S``, ``c* = d`` and
   ``S_kept = S - Rb``. Otherwise ``c*`` is strictly before d: ``R* <= (1 - p) S`` and
-  ``R* > (1 - p) S - e_c*`` with ``e_c* <= exp(X2 - M)``, and ``R* <= Rb``, so
+  ``R* > (1 - p) S - e_c*`` with ``e_c* <= exp(X2 - x_d)``, and ``R* <= Rb``, so
   ``S_kept`` lies in ``[max(p S, S - Rb), min(S, p S + e_c*)]``.
 
 The same pass also sums ``H(t)``, the mass at or above each level ``t = x_d - 4`` and ``x_d - 8``
 (``verify_stats.NEAR_GAP`` / ``FAR_GAP``). The kept set holds ``S_kept >= p S``; if ``H(t) < p S`` it
-cannot lie within ``{x >= t}``, so ``x_c* < t`` and ``e_c* < exp(t - M)`` (:func:`first_kept_bound` takes
-the smallest of these bounds and ``exp(X2 - M)``). X2 alone is the second largest value when the
+cannot lie within ``{x >= t}``, so ``x_c* < t`` and ``e_c* < exp(t - x_d)`` (:func:`first_kept_bound` takes
+the smallest of these bounds and ``exp(X2 - x_d)``). X2 alone is the second largest value when the
 draft is the row's top, a bound as wide as that token's mass; the levels put the cut below ``x_d - 8``
 on rows whose kept set reaches that deep (the benchmark's rows), where ``e_c*`` is tiny.
 
-So ``log p(d)`` lies in ``[x_d - M - log(hi), x_d - M - log(lo)]``; when the threshold ``log u + log q``
+So ``log p(d)`` lies in ``[-log(hi), -log(lo)]``; when the threshold ``log u + log q``
 is outside that interval (with a margin for fp32 rounding: ``BOUND_TOL`` relative on the sums,
 ``LOG_MARGIN`` on the logs) the test is decided exactly as with the cut. Otherwise (the threshold
 inside, or ``(Rb + e_d) / S`` or ``Rb`` within rounding of ``(1 - p) S``) the request is *pending*:
@@ -31,6 +32,13 @@ verifies the pending requests again, from their pending positions, with the exac
 top-p requests (bonus, placeholder or one-hot residual) are then drawn by sample-and-check
 (:mod:`replay_kernels.sample_check`):
 a drawn token the check finds outside the top-p set is drawn again above it.
+
+Why against ``x_d`` and not the row's max ``M``: a span's pass then needs no max first, so it reads the span once
+(``verify_stats.span_bounds``). The terms are then at most ``exp(M - x_d)``; while ``M - x_d <= REF_GAP`` (60)
+every sum stays below ``V e^60``, far from the fp32 range, and a term flushed to zero (below 2^-126) is
+negligible against ``S >= e_d = 1``. Beyond it (a draft about e^-60 as likely as the top) the sums are not read:
+``S_kept >= p`` in units of the top's mass, so ``log p(d) <= x_d - M - log p``, and the test is rejected when that
+is below the threshold, else pending. A NaN logit makes ``S`` NaN: pending too (the exact cut reads NaN as -inf).
 
 Measured on the benchmark's SYNTHETIC rows (randn * 3 plus a peak, drafts the argmax 70% of the time,
 R = 64, k = 4): with ``X2`` alone 15 of 20 steps had a pending request, with the levels 6 of 20 (4 of them
@@ -49,11 +57,11 @@ import triton.language as tl
 from .filter_loop import FilterLoop, launcher
 from .filters import FilterScratch, launch_filters
 from .launches import launch
-from .partials import block_max
-from .verify_stats import FAR_GAP, NEAR_GAP, PLANE_FAR, PLANE_NEAR, PLANE_RB, PLANE_X2, spans_sum
+from .verify_stats import FAR_GAP, NEAR_GAP
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
 LOG_MARGIN = tl.constexpr(1e-5)   # absolute, on the log-domain comparison
+REF_GAP = tl.constexpr(60.0)      # the bounded sums are read while the row's max is at most this above x_d
 
 VERDICT_REJECT = tl.constexpr(0)
 VERDICT_ACCEPT = tl.constexpr(1)
@@ -67,56 +75,57 @@ WALK_EXACT = tl.constexpr(3)    # verifying again after the fallback, with the e
 
 
 @triton.jit
-def first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB, CHUNK: tl.constexpr):
-    """An upper bound of ``e_c*``, the first kept token's mass: ``exp(X2 - M)``, or ``exp(t - M)`` for a level
-    ``t = x_d - NEAR_GAP`` or ``x_d - FAR_GAP`` whose mass at or above it is below ``p S``: the kept set holds at
-    least ``p S`` (within rounding: BOUND_TOL), so it reaches below ``t``, and every value at or above ``t`` is
-    kept. Also returns the lowest such ``t`` (+inf: neither)."""
-    ec = tl.exp(x2 - gm)
+def first_kept_bound(S, hn, hf, x2, xd, p):
+    """An upper bound of ``e_c*``, the first kept token's mass (against ``x_d``): ``exp(X2 - x_d)``, or
+    ``exp(t - x_d)`` for a level ``t = x_d - NEAR_GAP`` or ``x_d - FAR_GAP`` whose mass at or above it (``hn``,
+    ``hf``) is below ``p S``: the kept set holds at least ``p S`` (within rounding: BOUND_TOL), so it reaches below
+    ``t``, and every value at or above ``t`` is kept. Also returns the lowest such ``t`` (+inf: neither)."""
+    ec = tl.exp(x2 - xd)
     level = tl.full((), float("inf"), tl.float32)
-    if spans_sum(smax_ptr, sbound_ptr + PLANE_NEAR * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
-        ec = tl.minimum(ec, tl.exp(xd - NEAR_GAP - gm))
+    if hn < p * S * (1.0 - BOUND_TOL):
+        ec = tl.minimum(ec, tl.exp(-NEAR_GAP))
         level = xd - NEAR_GAP
-    if spans_sum(smax_ptr, sbound_ptr + PLANE_FAR * bstride, gm, base, NB, CHUNK) < p * S * (1.0 - BOUND_TOL):
-        ec = tl.minimum(ec, tl.exp(xd - FAR_GAP - gm))
+    if hf < p * S * (1.0 - BOUND_TOL):
+        ec = tl.minimum(ec, tl.exp(-FAR_GAP))
         level = xd - FAR_GAP
     return ec, level
 
 
 @triton.jit
-def bounded_verdict(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, xd, thr, p, CHUNK: tl.constexpr):
+def bounded_verdict(gm, S, rb, x2, hn, hf, xd, thr, p):
     """Accept, reject or pending for a kept-or-not draft of processed value ``xd`` (-inf: removed by
-    min-p) against ``thr = log u + log q``, from the row's span stats (max, sum-exp; Rb, X2 and the level
-    masses in the planes of ``sbound``, verify_stats.span_stats); and ``kept_above``: every processed value
-    above it is in the top-p set (``x_d`` when d is kept, a level when the kept set reaches below it; +inf:
-    neither known). A rejection's residual draw is kept unchecked above it (``sample_check._check_span``)."""
-    gm = block_max(smax_ptr, base, NB, CHUNK)
-    x2 = block_max(sbound_ptr + PLANE_X2 * bstride, base, NB, CHUNK)
-    S = spans_sum(smax_ptr, ssum_ptr, gm, base, NB, CHUNK)
-    rb = spans_sum(smax_ptr, sbound_ptr + PLANE_RB * bstride, gm, base, NB, CHUNK)
+    min-p) against ``thr = log u + log q``, from the row's max ``gm`` and its sums against ``x_d``
+    (``verify_stats.bound_sums``: S, Rb, X2 and the level masses ``hn``, ``hf``); and ``kept_above``: every
+    processed value above it is in the top-p set (``x_d`` when d is kept, a level when the kept set reaches below
+    it; +inf: neither known). A rejection's residual draw is kept unchecked above it (``sample_check._check_span``)."""
     verdict = VERDICT_REJECT + tl.zeros((), tl.int32)
     kept_above = tl.full((), float("inf"), tl.float32)
     if xd > float("-inf"):
-        ed = tl.exp(xd - gm)
-        omp = (1.0 - p) * S
-        low = rb + ed
-        near = (tl.abs(low - omp) <= BOUND_TOL * S) | (tl.abs(rb - omp) <= BOUND_TOL * S)
-        if near:
-            verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
-        elif low > omp:  # kept
-            kept_above = xd
-            lo = tl.maximum(p * S, S - rb)
-            hi = S - rb
-            if rb > omp:
-                ec, level = first_kept_bound(smax_ptr, sbound_ptr, bstride, gm, S, x2, xd, p, base, NB, CHUNK)
-                hi = tl.minimum(S, p * S + ec)
-                kept_above = tl.minimum(kept_above, level)
-            lo = lo * (1.0 - BOUND_TOL)
-            hi = hi * (1.0 + BOUND_TOL)
-            if xd - gm - tl.log(hi) > thr + LOG_MARGIN:
-                verdict = VERDICT_ACCEPT + tl.zeros((), tl.int32)
-            elif xd - gm - tl.log(lo) > thr - LOG_MARGIN:
+        if gm - xd > REF_GAP:  # the sums are not read: p(d) <= exp(x_d - M) / p
+            if xd - gm - tl.log(p * (1.0 - BOUND_TOL)) > thr - LOG_MARGIN:
                 verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
+        elif (S != S) | (gm != gm):  # a NaN logit: the exact cut reads it as -inf
+            verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
+        else:
+            omp = (1.0 - p) * S
+            low = rb + 1.0  # e_d = 1
+            near = (tl.abs(low - omp) <= BOUND_TOL * S) | (tl.abs(rb - omp) <= BOUND_TOL * S)
+            if near:
+                verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
+            elif low > omp:  # kept
+                kept_above = xd
+                lo = tl.maximum(p * S, S - rb)
+                hi = S - rb
+                if rb > omp:
+                    ec, level = first_kept_bound(S, hn, hf, x2, xd, p)
+                    hi = tl.minimum(S, p * S + ec)
+                    kept_above = tl.minimum(kept_above, level)
+                lo = lo * (1.0 - BOUND_TOL)
+                hi = hi * (1.0 + BOUND_TOL)
+                if -tl.log(hi) > thr + LOG_MARGIN:
+                    verdict = VERDICT_ACCEPT + tl.zeros((), tl.int32)
+                elif -tl.log(lo) > thr - LOG_MARGIN:
+                    verdict = VERDICT_PENDING + tl.zeros((), tl.int32)
     return verdict, kept_above
 
 

@@ -3,10 +3,10 @@
 A verify row is read in spans of ``SPAN`` elements (tiles of ``BLOCK``), one program a span. Per span:
 the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
 exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
-the mass and largest value strictly before the draft and two level masses (:func:`span_bounds`, two passes over
-the span; replay_kernels/verify_bounds.py). The terms' exp is ``ex2.exp_terms`` (two instructions instead of five;
-the same sums).
-The accept tests add the spans in span order (``partials.block_max`` and :func:`spans_sum`, in
+the mass and largest value strictly before the draft and two level masses, against the draft's value
+(:func:`span_bounds`, one pass over the span; replay_kernels/verify_bounds.py). The terms' exp is ``ex2.exp_terms``
+(two instructions instead of five; the same sums).
+The accept tests add the spans in span order (``partials.block_max``, :func:`spans_sum` and :func:`bound_sums`, in
 :func:`global_lse` and ``verify_bounds.bounded_verdict``), so a row's sums depend on SPAN and BLOCK only,
 never on the batch or on how the launches are laid out.
 
@@ -20,8 +20,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .ex2 import exp_terms
+from .ex2 import LOG2E, exp2_terms, exp_terms
 from .partials import block_max
+from .bound_rules import keep_mask
 from .params import process_loaded
 
 # A bounded row's levels: its draft's value x_d minus NEAR_GAP and FAR_GAP; the mass at or above each bounds the first
@@ -32,13 +33,11 @@ FAR_GAP = tl.constexpr(8.0)
 # Planes of a bounded row's span stats (``sbound``): Rb, X2, the masses at or above x_d - NEAR_GAP and x_d - FAR_GAP.
 PLANE_RB, PLANE_X2, PLANE_NEAR, PLANE_FAR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
 BOUND_PLANES = 4
-# A bounded span's second pass: tiles of this many lanes (five per-lane accumulators: 8 registers each at 4 warps;
-# 96 registers a thread, 5 programs an SM). The launches with bounded rows are uncapped: measured (H200, verify k=4
-# + top-p 0.9, 20 steps, before ex2; docs/BENCHMARKS.md twenty-fifth session) at R = 64 1,024 at a cap of 80 (16 B of
-# stack, 6 an SM) +1.8%, 512 uncapped (78 registers) and 512 at 72 (7 an SM) within 1% of 1,024 uncapped; at R = 8
-# 512 was 3% faster (106.1 against 109.5 µs), not raced again with ex2.
-BOUND_SUM_BLOCK = tl.constexpr(1024)
-BOUND_MAXNREG = None
+# A bounded span's tile: six per-lane accumulators of BLOCK lanes (a row's span read once, tiles of this many lanes;
+# the two-pass form it replaced read each span twice, twenty-fifth to twenty-seventh sessions, docs/BENCHMARKS.md).
+BOUND_BLOCK = tl.constexpr(512)
+BOUND_AHEAD = tl.constexpr(1)  # tiles of a bounded span in flight while one is summed (1 or 2)
+BOUND_MAXNREG = 64
 
 
 @triton.jit
@@ -71,48 +70,103 @@ def spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
-    """log-sum-exp of a row from its span (max, sum-exp) stats."""
-    gm = block_max(max_ptr, base, NB, CHUNK)
-    return gm + tl.log(spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK))
+def bound_sums(smax_ptr, ssum_ptr, sbound_ptr, bstride, base, NB, CHUNK: tl.constexpr):
+    """A bounded row's (max M, S, Rb, X2, the masses at or above x_d - NEAR_GAP and x_d - FAR_GAP) from its span
+    stats (:func:`span_bounds`): every plane of ``CHUNK`` spans loaded at once (one round trip to L2 a chunk, not
+    one a plane), the sums added in span order."""
+    gm = tl.full((), float("-inf"), tl.float32)
+    x2 = tl.full((), float("-inf"), tl.float32)
+    S = tl.zeros((), tl.float32)
+    rb = tl.zeros((), tl.float32)
+    hn = tl.zeros((), tl.float32)
+    hf = tl.zeros((), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        ok = offs < NB
+        at = base + offs
+        m = tl.load(smax_ptr + at, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        s = tl.load(ssum_ptr + at, mask=ok, other=0.0, cache_modifier=".cg")
+        r = tl.load(sbound_ptr + PLANE_RB * bstride + at, mask=ok, other=0.0, cache_modifier=".cg")
+        x = tl.load(sbound_ptr + PLANE_X2 * bstride + at, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        n = tl.load(sbound_ptr + PLANE_NEAR * bstride + at, mask=ok, other=0.0, cache_modifier=".cg")
+        f = tl.load(sbound_ptr + PLANE_FAR * bstride + at, mask=ok, other=0.0, cache_modifier=".cg")
+        gm = tl.maximum(gm, tl.max(m, axis=0))
+        x2 = tl.maximum(x2, tl.max(x, axis=0))
+        S += tl.sum(s, axis=0)
+        rb += tl.sum(r, axis=0)
+        hn += tl.sum(n, axis=0)
+        hf += tl.sum(f, axis=0)
+    return gm, S, rb, x2, hn, hf
 
 
 @triton.jit
-def span_bounds(row_base, lo, hi, d, xd, t, cv, ci, BLOCK: tl.constexpr, SUM_BLOCK: tl.constexpr):
-    """A bounded row's stats over lanes [lo, hi): (max, sum of exp(x - max), the mass (Rb) and the largest value
-    (X2) strictly before the draft ``d``, the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``), each
-    exp taken against the span's max. Two passes: the per-lane max over tiles of BLOCK (one block reduction at
-    the end), then the span again (from L1 / L2) in tiles of SUM_BLOCK, per-lane sums and a per-lane max reduced
-    once each at the end: six block reductions a span instead of six a tile, and no rescaling. The order of the
-    sums differs from :func:`online`'s; only the bounds read them, with a margin (verify_bounds.BOUND_TOL)."""
+def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
+    """log-sum-exp of a row from its span (max, sum-exp) stats. Up to ``CHUNK`` spans the maxima and sums are
+    loaded once, together (one round trip to L2 instead of two), and added exactly as ``block_max`` and
+    :func:`spans_sum` add them."""
+    if NB <= CHUNK:
+        offs = tl.arange(0, CHUNK)
+        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
+        s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0, cache_modifier=".cg")
+        gm = tl.max(m, axis=0)
+        tot = tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
+    else:
+        gm = block_max(max_ptr, base, NB, CHUNK)
+        tot = spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK)
+    return gm + tl.log(tot)
+
+
+@triton.jit
+def span_bounds(row_base, lo, hi, d, xd, t, cv, ci, BLOCK: tl.constexpr):
+    """A bounded row's stats over lanes [lo, hi) in one pass: (max, then against the draft's value ``x_d``: the sum
+    of ``exp(x - x_d)`` (S), the mass (Rb) and the largest value (X2) strictly before the draft ``d``, the masses at or
+    above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``). Per-lane sums and a per-lane max over tiles of BLOCK, each
+    reduced once at the end: six block reductions a span, no rescaling, and the span read once. Every exp is taken
+    against ``x_d`` (0 where ``x_d`` is -inf: the verdict then reads no sum), so the sums are exact-scale only while
+    the row's max is within ``verify_bounds.REF_GAP`` of ``x_d``; the verdict checks that. A NaN logit is not read as
+    -inf here (unlike :func:`process_loaded`): it makes S NaN, which the verdict leaves to the exact cut; the max,
+    X2, Rb and the levels skip it (a NaN compares false). The order of the sums differs from :func:`online`'s; only
+    the bounds read them, with a margin (verify_bounds.BOUND_TOL)."""
+    c2 = tl.where(xd > float("-inf"), xd, 0.0) * LOG2E
+    near = xd - NEAR_GAP
+    far = xd - FAR_GAP
     lane_max = tl.full((BLOCK,), float("-inf"), tl.float32)
+    acc_s = tl.zeros((BLOCK,), tl.float32)
+    acc_rb = tl.zeros((BLOCK,), tl.float32)
+    acc_x2 = tl.full((BLOCK,), float("-inf"), tl.float32)
+    acc_hn = tl.zeros((BLOCK,), tl.float32)
+    acc_hf = tl.zeros((BLOCK,), tl.float32)
     raw_next = load_tile(row_base, lo, hi, BLOCK)
+    raw_after = raw_next  # BOUND_AHEAD 2: the tile after the next one, also in flight
+    if BOUND_AHEAD == 2:
+        raw_after = load_tile(row_base, lo + BLOCK, hi, BLOCK)
     for start in range(lo, hi, BLOCK):
         raw = raw_next
-        raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is compared
-        lane_max = tl.maximum(lane_max, process_loaded(raw, start + tl.arange(0, BLOCK), t, cv, ci))
-    m = tl.max(lane_max, axis=0)
-    acc_s = tl.zeros((SUM_BLOCK,), tl.float32)
-    acc_rb = tl.zeros((SUM_BLOCK,), tl.float32)
-    acc_x2 = tl.full((SUM_BLOCK,), float("-inf"), tl.float32)
-    acc_hn = tl.zeros((SUM_BLOCK,), tl.float32)
-    acc_hf = tl.zeros((SUM_BLOCK,), tl.float32)
-    if m > float("-inf"):
-        sub_next = load_tile(row_base, lo, hi, SUM_BLOCK)
-        for start in range(lo, hi, SUM_BLOCK):
-            offs = start + tl.arange(0, SUM_BLOCK)
-            sub = sub_next
-            sub_next = load_tile(row_base, start + SUM_BLOCK, hi, SUM_BLOCK)
-            x = process_loaded(sub, offs, t, cv, ci)
-            e = exp_terms(x - m)  # a -inf lane: +0
-            before = (x < xd) | ((x == xd) & (offs < d))
-            acc_s += e
-            acc_rb += tl.where(before, e, 0.0)
-            acc_x2 = tl.maximum(acc_x2, tl.where(before, x, float("-inf")))
-            acc_hn += tl.where(x >= xd - NEAR_GAP, e, 0.0)
-            acc_hf += tl.where(x >= xd - FAR_GAP, e, 0.0)
-    return (m, tl.sum(acc_s, axis=0), tl.sum(acc_rb, axis=0), tl.max(acc_x2, axis=0), tl.sum(acc_hn, axis=0),
-            tl.sum(acc_hf, axis=0))
+        if BOUND_AHEAD == 2:
+            raw_next = raw_after
+            raw_after = load_tile(row_base, start + 2 * BLOCK, hi, BLOCK)
+        else:
+            raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is summed
+        x = raw.to(tl.float32)
+        if t != 1.0:
+            x = tl.math.div_rn(x, t)
+        if cv != float("-inf"):
+            x = tl.where(keep_mask(x, start + tl.arange(0, BLOCK), cv, ci), x, float("-inf"))
+        e = exp2_terms(x * LOG2E - c2)  # one FMA and one MUFU.EX2; a -inf lane: +0
+        # strictly before d in the (value, id) order: a tie with x_d counts below d's id; every tile but d's own
+        # lies wholly on one side of it (a scalar, not a lane's id compared)
+        if (start < d) & (d < start + BLOCK):
+            before = (x < xd) | ((x == xd) & (start + tl.arange(0, BLOCK) < d))
+        else:
+            before = (x < xd) | ((x == xd) & (d >= start + BLOCK))
+        lane_max = tl.maximum(lane_max, x)
+        acc_s += e
+        acc_rb += tl.where(before, e, 0.0)
+        acc_x2 = tl.maximum(acc_x2, tl.where(before, x, float("-inf")))
+        acc_hn += tl.where(x >= near, e, 0.0)
+        acc_hf += tl.where(x >= far, e, 0.0)
+    return (tl.max(lane_max, axis=0), tl.sum(acc_s, axis=0), tl.sum(acc_rb, axis=0), tl.max(acc_x2, axis=0),
+            tl.sum(acc_hn, axis=0), tl.sum(acc_hf, axis=0))
 
 
 @triton.jit
@@ -147,7 +201,7 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
         tl.store(sarg_ptr + out, best_idx)
     else:
         if bounded:
-            m, s, rb, x2, hn, hf = span_bounds(row_base, lo, hi, d, xd, t, cv, ci, BLOCK, BOUND_SUM_BLOCK)
+            m, s, rb, x2, hn, hf = span_bounds(row_base, lo, hi, d, xd, t, cv, ci, BOUND_BLOCK)
             tl.store(sbound_ptr + PLANE_RB * bstride + out, rb)
             tl.store(sbound_ptr + PLANE_X2 * bstride + out, x2)
             tl.store(sbound_ptr + PLANE_NEAR * bstride + out, hn)

@@ -757,6 +757,69 @@ def test_stochastic_top_p_bounds_heavy_tokens_at_the_cut():
     compare(step, impl.sample(step), ReferenceSampler().sample(step))
 
 
+@pytest.mark.parametrize("first,second", [(10, 900), (100, 300)])
+def test_stochastic_top_p_bounds_order_ties_by_id(first, second):
+    """Two tokens of the same value (mass 0.3 each; 0.36 on a third, 0.04 spread) at top-p 0.5: the oracle's order
+    puts the lower id first, so it is removed (cumulative mass 0.34) and the other kept (0.64). Drafting either must
+    count the tie before the higher id only: in another tile of the span pass (10, 900: the tile wholly before the
+    draft) or in the draft's own tile (100, 300; tiles of 512). Counting no tie rejects the kept one always; counting
+    both accepts the removed one. Same tokens as the reference."""
+    g = torch.Generator().manual_seed(150)
+    v, r = 1200, 24
+    step = synthetic_step(150, v, r, 2, greedy_frac=0.0, filters=False, ks=[2] * r)
+    n = step.logits.shape[0]
+    logits = torch.empty(n, v)
+    drafts = step.draft_token_ids.clone()
+    for row in range(n):
+        mass = torch.full((v,), 0.04 / (v - 3))
+        third = int(torch.randint(1200 - 100, 1200, (1,), generator=g))
+        mass[[first, second, third]] = torch.tensor([0.3, 0.3, 0.36])
+        logits[row] = torch.log(mass) + 1.0
+        if drafts[row] >= 0:
+            drafts[row] = first if row % 2 == 0 else second
+    assert float(logits[0, first]) == float(logits[0, second])
+    step.logits, step.draft_token_ids = logits, drafts
+    step.temperature = torch.ones(r)
+    step.top_p = torch.full((r,), 0.5)
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    compare(step, impl.sample(step), ReferenceSampler().sample(step))
+
+
+def test_stochastic_top_p_bounds_far_drafts_and_nan_rows():
+    """The bounded sums are taken against the draft's own value x_d (verify_stats.span_bounds). Drafts 100 below
+    their row's top (beyond ``verify_bounds.REF_GAP``: exp(100) overflows fp32, so the sums must not be read) are
+    rejected by the coarse bound, without the exact-cut fallback; a request with a NaN logit in its first verify
+    row (its sum S is NaN) goes to the fallback, whose cut reads NaN as -inf. Tokens are the reference's on the
+    step with NaN read as -inf (NaN logits are outside conformance, docs/FIXTURES.md; the kernels read them as
+    -inf). Mutation-checked: without the REF_GAP branch the overflowed sums leave the far drafts pending; without
+    the NaN branch the NaN row's peaked draft is rejected."""
+    step = top_p_verify_step(140, 300, 8, 0.0)
+    step.min_p = torch.zeros(step.num_requests)
+    logits, drafts = step.logits.float().clone(), step.draft_token_ids.clone()
+    cu = step.cu_num_logits.tolist()
+    nan_request = next(r for r in range(step.num_requests) if cu[r + 1] - cu[r] >= 2)
+    for r in range(step.num_requests):
+        for row in range(cu[r], cu[r + 1] - 1):
+            if r == nan_request and row == cu[r]:
+                drafts[row] = int(logits[row].argmax())
+                logits[row, drafts[row]] += 30.0  # accepted whatever u: a rejection here is wrong
+                logits[row, (drafts[row] + 7) % logits.shape[1]] = float("nan")
+            elif drafts[row] >= 0:
+                drafts[row] = int(logits[row].argmin())
+                logits[row, int(logits[row].argmax())] = float(logits[row, drafts[row]]) + 100.0
+    step.logits, step.draft_token_ids = logits, drafts
+    impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
+    state = impl.prepare(step)
+    tokens, counts = impl.launch(state)
+    as_neg_inf = step.to("cpu")
+    as_neg_inf.logits = torch.nan_to_num(logits, nan=float("-inf"))
+    compare(step, impl.result(state, tokens, counts), ReferenceSampler().sample(as_neg_inf))
+    rows = state.fallback.rows.cpu()[:int(state.fallback.filters.count)]
+    listed = set(state.fallback.row_req.cpu()[rows.long()].tolist())
+    assert nan_request in listed and int(state.pend[nan_request]) == 0, (listed, nan_request)
+    assert pending_requests(state) == 1, pending_requests(state)
+
+
 def test_stochastic_first_check_keeps_residual_draws_unread_when_the_verify_knows_them_kept():
     """The first check keeps a one-hot RESIDUAL row's drawn token unread (partials left NaN) exactly when (a) it is
     the one lane at the row's top and the rejected draft is below it (the draw's top leaves the draft out, the
