@@ -33,10 +33,11 @@ FAR_GAP = tl.constexpr(8.0)
 # Planes of a bounded row's span stats (``sbound``): Rb, X2, the masses at or above x_d - NEAR_GAP and x_d - FAR_GAP.
 PLANE_RB, PLANE_X2, PLANE_NEAR, PLANE_FAR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2), tl.constexpr(3)
 BOUND_PLANES = 4
-# A bounded span's tile: six per-lane accumulators of BLOCK lanes (a row's span read once, tiles of this many lanes;
-# the two-pass form it replaced read each span twice, twenty-fifth to twenty-seventh sessions, docs/BENCHMARKS.md).
+# A bounded span's tile (six per-lane accumulators of this many lanes) and the bounded launches' register cap: 62
+# registers used, no stack, 8 programs an SM. Measured (H200, verify k=4 + top-p 0.9 R = 64, 20 steps;
+# docs/BENCHMARKS.md twenty-eighth session): tiles of 1,024 (112 registers, 4 an SM) +1.6%, two tiles in flight
+# +0.2%, uncapped (69 registers, 7 an SM) +0.9%.
 BOUND_BLOCK = tl.constexpr(512)
-BOUND_AHEAD = tl.constexpr(1)  # tiles of a bounded span in flight while one is summed (1 or 2)
 BOUND_MAXNREG = 64
 
 
@@ -137,16 +138,9 @@ def span_bounds(row_base, lo, hi, d, xd, t, cv, ci, BLOCK: tl.constexpr):
     acc_hn = tl.zeros((BLOCK,), tl.float32)
     acc_hf = tl.zeros((BLOCK,), tl.float32)
     raw_next = load_tile(row_base, lo, hi, BLOCK)
-    raw_after = raw_next  # BOUND_AHEAD 2: the tile after the next one, also in flight
-    if BOUND_AHEAD == 2:
-        raw_after = load_tile(row_base, lo + BLOCK, hi, BLOCK)
     for start in range(lo, hi, BLOCK):
         raw = raw_next
-        if BOUND_AHEAD == 2:
-            raw_next = raw_after
-            raw_after = load_tile(row_base, start + 2 * BLOCK, hi, BLOCK)
-        else:
-            raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is summed
+        raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is summed
         x = raw.to(tl.float32)
         if t != 1.0:
             x = tl.math.div_rn(x, t)
