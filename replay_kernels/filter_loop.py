@@ -41,12 +41,14 @@ LOOP_MAXNREG = None  # register cap of the loop (None: uncapped, 255 registers a
 
 
 @triton.jit
-def _search(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr,
-            lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, f, q, P, g, arrivals, sync_ptr, F, V, ROUNDS,
-            SPLITS: tl.constexpr, MODE: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr, NC: tl.constexpr):
+def _search(rows, f, q, P, g, arrivals, sync_ptr, F, V, ROUNDS, SPLITS: tl.constexpr, MODE: tl.constexpr,
+            SPAN: tl.constexpr, BLOCK: tl.constexpr, NC: tl.constexpr):
     """``ROUNDS`` search rounds of row ``f`` by program ``q`` of its slot's ``P``, a barrier after each; round r
     reads interval buffer r % 2 and partials (r + 1) % 2 and writes the others (``launch_filters``' parity).
+    ``rows``: the logits, the row lists and parameters, the intervals and partials (``round_span``'s pointers).
     Returns the barrier count reached."""
+    (logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr,
+     hi_ptr, base_ptr, cnt_ptr, mass_ptr) = rows
     part = F * SPLITS * NC
     for r in range(ROUNDS):
         a = r % 2
@@ -62,12 +64,14 @@ def _search(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, 
 
 
 @triton.jit
-def _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr, sum_bound_ptr, m_ptr,
-          s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, cut_val_ptr,
-          cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F, V, buf_in, part_in, buf_out, SPLITS: tl.constexpr,
+def _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, buf_in, part_in, buf_out, SPLITS: tl.constexpr,
           STEP: tl.constexpr, HAS_BOUND_PASS: tl.constexpr, HAS_TOPP: tl.constexpr, NC: tl.constexpr):
     """``filters.step_row`` by program 0 of the slot (buffers by parity as ``launch_filters``' ``step``), then a
-    barrier. Returns the barrier count reached."""
+    barrier. ``scratch``: the kernel's row lists, parameters, partials, intervals and cuts (``step_row``'s
+    pointers, in its order). Returns the barrier count reached."""
+    (rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr, sum_bound_ptr, m_ptr, s0_ptr,
+     s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, cut_val_ptr,
+     cut_idx_ptr) = scratch
     if q == 0:
         part = F * SPLITS * NC
         step_row(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr, sum_bound_ptr,
@@ -94,24 +98,23 @@ def _filter_loop_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, logmi
     G = tl.num_programs(0)
     P = tl.num_programs(1)
     arrivals = tl.zeros((), tl.int32)
+    scratch = (rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr, sum_bound_ptr, m_ptr,
+               s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, cut_val_ptr,
+               cut_idx_ptr)
+    search = (logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr,
+              lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr)
     for f in range(g, tl.load(count_ptr), G):
         for s in range(q, SPLITS, P):
             stats_span(logits_ptr, stride, rows_ptr, temp_ptr, pmax_ptr, psum_ptr, f, s, V, SPLITS, SPAN)
         arrivals += P
         row_barrier(sync_ptr, g, arrivals)
-        arrivals = _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
-                         sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr, base_ptr,
-                         cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F, V, 1, 1, 0,
-                         SPLITS, STEP_AFTER_STATS, HAS_BOUND, HAS_TOPP, NC)
+        arrivals = _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, 1, 1, 0, SPLITS, STEP_AFTER_STATS, HAS_BOUND,
+                         HAS_TOPP, NC)
         if HAS_TOPK:
-            arrivals = _search(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr,
-                               vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, f, q, P, g, arrivals,
-                               sync_ptr, F, V, key_rounds, SPLITS, SEARCH_TOPK, SPAN, BLOCK, NC)
-            arrivals = _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
-                             sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr,
-                             base_ptr, cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F,
-                             V, key_rounds % 2, (key_rounds - 1) % 2, 1, SPLITS, STEP_AFTER_TOPK, HAS_BOUND,
-                             HAS_TOPP, NC)
+            arrivals = _search(search, f, q, P, g, arrivals, sync_ptr, F, V, key_rounds, SPLITS, SEARCH_TOPK, SPAN,
+                               BLOCK, NC)
+            arrivals = _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, key_rounds % 2, (key_rounds - 1) % 2, 1,
+                             SPLITS, STEP_AFTER_TOPK, HAS_BOUND, HAS_TOPP, NC)
         if HAS_TOPP:
             if HAS_BOUND:
                 for s in range(q, SPLITS, P):
@@ -119,39 +122,26 @@ def _filter_loop_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, logmi
                               vstar_ptr, f, s, V, SPLITS, False, SPAN)
                 arrivals += P
                 row_barrier(sync_ptr, g, arrivals)
-            arrivals = _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
-                             sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr,
-                             base_ptr, cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F,
-                             V, 1, 1, 0, SPLITS, STEP_BEFORE_TOPP, HAS_BOUND, HAS_TOPP, NC)
-            arrivals = _search(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr,
-                               vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, f, q, P, g, arrivals,
-                               sync_ptr, F, V, key_rounds, SPLITS, SEARCH_TOPP, SPAN, BLOCK, NC)
-            arrivals = _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
-                             sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr,
-                             base_ptr, cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F,
-                             V, key_rounds % 2, (key_rounds - 1) % 2, 1, SPLITS, STEP_AFTER_TOPP, HAS_BOUND,
-                             HAS_TOPP, NC)
+            arrivals = _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, 1, 1, 0, SPLITS, STEP_BEFORE_TOPP,
+                             HAS_BOUND, HAS_TOPP, NC)
+            arrivals = _search(search, f, q, P, g, arrivals, sync_ptr, F, V, key_rounds, SPLITS, SEARCH_TOPP, SPAN,
+                               BLOCK, NC)
+            arrivals = _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, key_rounds % 2, (key_rounds - 1) % 2, 1,
+                             SPLITS, STEP_AFTER_TOPP, HAS_BOUND, HAS_TOPP, NC)
             for s in range(q, SPLITS, P):
                 mass_span(logits_ptr, stride, rows_ptr, temp_ptr, sum_bound_ptr, m_ptr, psum_ptr, pcnt_ptr, vstar_ptr,
                           f, s, V, SPLITS, True, SPAN)
             arrivals += P
             row_barrier(sync_ptr, g, arrivals)
-            arrivals = _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
-                             sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr,
-                             base_ptr, cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F,
-                             V, 1, 1, 0, SPLITS, STEP_BEFORE_IDX, HAS_BOUND, HAS_TOPP, NC)
-            arrivals = _search(logits_ptr, stride, rows_ptr, temp_ptr, topk_ptr, bound_ptr, m_ptr, s_ptr, omp_ptr,
-                               vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, f, q, P, g, arrivals,
-                               sync_ptr, F, V, idx_rounds, SPLITS, SEARCH_IDX, SPAN, BLOCK, NC)
-            arrivals = _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
-                             sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr,
-                             base_ptr, cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F,
-                             V, idx_rounds % 2, (idx_rounds - 1) % 2, 1, SPLITS, STEP_FINAL, HAS_BOUND, HAS_TOPP, NC)
+            arrivals = _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, 1, 1, 0, SPLITS, STEP_BEFORE_IDX, HAS_BOUND,
+                             HAS_TOPP, NC)
+            arrivals = _search(search, f, q, P, g, arrivals, sync_ptr, F, V, idx_rounds, SPLITS, SEARCH_IDX, SPAN,
+                               BLOCK, NC)
+            arrivals = _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, idx_rounds % 2, (idx_rounds - 1) % 2, 1,
+                             SPLITS, STEP_FINAL, HAS_BOUND, HAS_TOPP, NC)
         else:
-            arrivals = _step(rows_ptr, logminp_ptr, topk_ptr, topp_ptr, pmax_ptr, psum_ptr, pcnt_ptr, bound_ptr,
-                             sum_bound_ptr, m_ptr, s0_ptr, s_ptr, omp_ptr, vstar_ptr, ndrop_ptr, lo_ptr, hi_ptr,
-                             base_ptr, cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, f, q, P, g, arrivals, sync_ptr, F,
-                             V, 0, 0, 1, SPLITS, STEP_FINAL, HAS_BOUND, HAS_TOPP, NC)
+            arrivals = _step(scratch, f, q, P, g, arrivals, sync_ptr, F, V, 0, 0, 1, SPLITS, STEP_FINAL, HAS_BOUND,
+                             HAS_TOPP, NC)
     if arrivals > 0:  # every program of a slot serves the same rows: all of them or none reach here with arrivals
         if last_to_arrive(exits_ptr, g, P):
             tl.store(sync_ptr + g, 0)
