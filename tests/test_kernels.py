@@ -792,7 +792,7 @@ def test_stochastic_top_p_bounds_far_drafts_and_nan_rows():
     row (its sum S is NaN) goes to the fallback, whose cut reads NaN as -inf. Tokens are the reference's on the
     step with NaN read as -inf (NaN logits are outside conformance, docs/FIXTURES.md; the kernels read them as
     -inf). Mutation-checked: without the REF_GAP branch the overflowed sums leave the far drafts pending; without
-    the NaN branch the NaN row's peaked draft is rejected."""
+    the NaN branch the launch does not finish under the interpreter (the NaN row's residual never settles)."""
     step = top_p_verify_step(140, 300, 8, 0.0)
     step.min_p = torch.zeros(step.num_requests)
     logits, drafts = step.logits.float().clone(), step.draft_token_ids.clone()
