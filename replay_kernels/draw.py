@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from .bound_rules import float_key, key_to_float
+from .launches import pdl_wait
 from .params import load_processed, process_loaded
 from .partials import block_argmax, block_max, held_once, last_to_arrive
 from .rng import better, gumbel_upper_bound, murmur3_finish, murmur3_preimage, murmur3_row_key, noised_score
@@ -219,10 +220,11 @@ def _draw_kernel(logits_ptr, l_stride, draft_ptr, d_stride,
                  tok_stride, part_top_ptr, top_ptr, list_ptr, list_len_ptr, V, W, span, SPLITS,
                  HAS_DRAFT: tl.constexpr, TOP: tl.constexpr, SHARE: tl.constexpr, PRUNE: tl.constexpr,
                  LIST: tl.constexpr, BLOCK: tl.constexpr, HASHES: tl.constexpr, TILES: tl.constexpr,
-                 CHUNK: tl.constexpr):
+                 CHUNK: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (R, SPLITS): program (r, s) draws span s of request r. ``LIST`` (a later draw of sample-and-check):
     grid (G, SPLITS), program (g, s) draws span s of requests ``list[g], list[g + G], ...`` (the
     ``list_len[0]`` requests still open; the others' outputs are written)."""
+    pdl_wait(PDL)
     tl.static_assert(not (TOP and LIST), "top[1] is addressed by the grid's rows: TOP launches are never LIST")
     if LIST:
         for j in range(tl.program_id(0), tl.load(list_len_ptr), tl.num_programs(0)):

@@ -24,21 +24,51 @@ runs on the same arguments.
 from __future__ import annotations
 
 import threading
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Callable
 
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from triton.runtime.jit import JITFunction
+
+from .interpret import interpreting
 
 _local = threading.local()  # .recording: the list being built in this thread, or None
 
 
+# Programmatic dependent launch: a kernel that declares a ``PDL`` constexpr is launched with ``launch_pdl`` on a
+# device of compute capability 9.0 or more (not under the interpreter). Its programs start while the kernel before
+# it drains and wait (``griddepcontrol.wait``, :func:`pdl_wait`) for it to finish before reading anything.
+PDL = True
+
+
 def launch(kernel, grid: tuple, *args, **options) -> None:
-    """``kernel[grid](*args, **options)``: now, or recorded (compiled first) into this thread's sequence."""
+    """``kernel[grid](*args, **options)``: now, or recorded (compiled first) into this thread's sequence; with
+    ``launch_pdl`` where :data:`PDL` allows it for the kernel."""
+    if "PDL" in kernel.arg_names and PDL and _pdl_device():
+        options = dict(options, PDL=True, launch_pdl=True)
     recording = getattr(_local, "recording", None)
     if recording is None:
         kernel[grid](*args, **options)
     else:
         recording.append(_compiled_call(kernel, grid, args, options))
+
+
+@lru_cache(maxsize=None)
+def _pdl_device() -> bool:
+    """Whether the current device runs programmatic dependent launches (sm_90 and later; never the interpreter)."""
+    import torch
+    return not interpreting() and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """In a kernel launched by :func:`launch`: under ``PDL``, wait until the kernel before it has finished (its
+    writes visible), then let the kernel after it start its programs. Call before any load or store."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 def compiled_kernel(kernel: JITFunction, grid: tuple, args: tuple, options: dict):

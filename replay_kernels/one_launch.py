@@ -37,7 +37,8 @@ Bytes (R = 1, fp32): the row read once from DRAM by the draw (V x 4 B), each che
 12 B of partials a draw span and a check span a round.
 
 The same loop (:func:`settle_row`) settles the requests the launch sequence's first check leaves open, from
-four requests: :mod:`replay_kernels.open_rows`.
+four requests: :mod:`replay_kernels.open_rows`; there each draw is floored by the first draw's partials
+(:func:`floor_of`), and its programs do not keep their scores in registers.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ from .launches import compiled_kernel, launch
 from .bound_rules import keep_mask
 from .params import process_loaded
 from .partials import block_argmax, block_max, last_to_arrive
-from .rng import murmur3_finish, murmur3_row_key, noised_score
+from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
 from .sample_check import CHECK_BLOCK, CHECK_WARPS, _candidate, _span_check, _verdict
 
 ONE_LAUNCH_BELOW = 4  # requests; at R = 4 its 488 programs do not fit an H200 (396) anyway
@@ -78,11 +79,12 @@ def row_barrier(sync_ptr, r, target):
 
 
 @triton.jit
-def _span_scores(base, lo, V, mode, t, L, ci, key, skip, BLOCK: tl.constexpr):
+def _span_scores(base, lo, V, mode, t, L, ci, key, skip, thr, BLOCK: tl.constexpr):
     """(processed values, scores) of lanes ``[lo, lo + BLOCK)`` of one row, float32 ``[BLOCK]``: GREEDY the raw
     values (NaN as -inf), which are their own scores; TARGET (or RESIDUAL) the values under the bound
     ``(L, ci)``, lane ``skip`` left out (a one-hot residual's rejected draft; -1: none), and their Gumbel-max
-    scores (a span with nothing kept pays no hash: all -inf)."""
+    scores. All -inf (no logs paid) for a span with nothing kept, and, given a floor ``thr`` > -inf, for a span
+    where no ``x + gumbel_upper_bound(h)`` reaches it: none of its scores can."""
     offs = lo + tl.arange(0, BLOCK)
     valid = offs < V
     raw = tl.load(base + offs, mask=valid, other=float("-inf"))
@@ -96,7 +98,12 @@ def _span_scores(base, lo, V, mode, t, L, ci, key, skip, BLOCK: tl.constexpr):
             x = tl.where(offs == skip, float("-inf"), x)
         score = tl.full((BLOCK,), float("-inf"), tl.float32)
         if tl.max(x, axis=0) > float("-inf"):
-            score = noised_score(x, murmur3_finish(key, offs), valid)
+            h = murmur3_finish(key, offs)
+            go = True
+            if thr > float("-inf"):
+                go = tl.max(x + gumbel_upper_bound(h), axis=0) >= thr
+            if go:
+                score = noised_score(x, h, valid)
     return x, score
 
 
@@ -140,36 +147,50 @@ def _held_once(top_ptr, held_ptr, base, NB, M, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, first, q, P, b, arrivals,
+def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, first, floors, q, P, b, arrivals,
                sync_ptr, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
                DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr, CHECK_SPAN: tl.constexpr,
-               CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr, ONE_SPAN: tl.constexpr):
+               CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr, ONE_SPAN: tl.constexpr, FLOOR: tl.constexpr):
     """Steps 1-3 of the module docstring for one row, by program ``q`` of its ``P``, until its token is kept:
     returns (token, arrivals). ``L``: the prepared bound's value (min-p only on a check row: the sums keep
     x >= L); ``(cv0, ci0)``: the row's bound on entry (the prepared one, or after a miss ``(x_c, c + 1)``);
-    ``first`` 1: the first round also reduces the row's largest value ``M`` (else ``M`` is given); ``b``: the
-    barrier counter and the partials' slot (``b x DRAW_SPLITS`` / ``b x CHECK_SPLITS``); ``arrivals``: the
-    count the next barrier waits for."""
-    if ONE_SPAN:
-        x1, score1 = _span_scores(base, q * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, DRAW_BLOCK)
+    ``first`` 1: the first round also reduces the row's largest value ``M`` (else ``M`` is given); ``floors``
+    (``FLOOR``; not with ``ONE_SPAN``, whose scores are kept from one unpruned draw): the row's partials of an
+    earlier draw, so each draw scores only the spans where a lane may reach the best of them still drawn
+    (:func:`floor_of`); its best is exact when it reaches that floor, and the draw is made again unpruned when it
+    does not (a floor that was not one: never a wrong token); ``b``: the barrier counter and the partials' slot
+    (``b x DRAW_SPLITS`` / ``b x CHECK_SPLITS``); ``arrivals``: the count the next barrier waits for."""
+    tl.static_assert(not (ONE_SPAN and FLOOR), "a floor prunes each draw; ONE_SPAN keeps one unpruned draw's scores")
+    thr = tl.full((), float("-inf"), tl.float32)
+    if FLOOR:
+        thr = floor_of(floors, base, t, cv0, ci0, skip, CHUNK)
+    if ONE_SPAN:  # scored once: later rounds are masked maxima of these scores
+        x1, score1 = _span_scores(base, q * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, thr, DRAW_BLOCK)
     cv = cv0
     ci = ci0
     token = tl.zeros((), tl.int32)
     done = tl.zeros((), tl.int32)
-    while done == 0:
+    draws = tl.zeros((), tl.int32)
+    while (done == 0) & (draws <= V + 1):  # a miss drops a token at least, and one draw is made again at most:
+        draws += 1  # V + 2 draws bound the loop whatever a verdict says (a NaN one included)
         if ONE_SPAN:
             _store_span(x1, score1, q, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
                         b * DRAW_SPLITS, first, DRAW_BLOCK)
         else:
             for s in range(q, DRAW_SPLITS, P):
-                x, score = _span_scores(base, s * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, DRAW_BLOCK)
+                x, score = _span_scores(base, s * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, thr, DRAW_BLOCK)
                 _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
                             b * DRAW_SPLITS, first, DRAW_BLOCK)
         row_barrier(sync_ptr, b, arrivals)
         arrivals += P
-        _, token = block_argmax(part_max_ptr, part_arg_ptr, b * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
+        best, token = block_argmax(part_max_ptr, part_arg_ptr, b * DRAW_SPLITS, DRAW_SPLITS, CHUNK)
         done = 1
-        if checked:
+        if best < thr:  # nothing reached the floor, so pruned lanes might have won: the draw again, unpruned
+            done = 0
+            thr = float("-inf")
+            row_barrier(sync_ptr, b, arrivals)  # every program has read the partials the next draw overwrites
+            arrivals += P
+        elif checked:
             xc = _candidate(base, token, t)
             done = 0
             if first != 0:  # the row's largest processed value under the prepared bound; a first draw that
@@ -193,7 +214,27 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
                                 p).to(tl.int32)
                 cv = xc
                 ci = token + 1
+                if FLOOR:  # a miss: the next draw floored anew under its bound
+                    thr = floor_of(floors, base, t, xc, token + 1, skip, CHUNK)
     return token, arrivals
+
+
+@triton.jit
+def floor_of(floors, row_base, t, cv, ci, skip, CHUNK: tl.constexpr):
+    """The best of a row's first-draw partials ``floors`` = (max_ptr, arg_ptr, base, NB): NB (score, token) pairs
+    at ``base`` whose token a redraw under the bound ``(cv, ci)`` still draws (not the left-out draft ``skip``);
+    -inf when none is. The redraw scores that token the same, so its best reaches this floor (``settle_row``
+    checks that it does). A partial is the best its program scored, so the floor is mostly near the redraw's own
+    best: few spans then pay the logs."""
+    max_ptr, arg_ptr, base, NB = floors
+    floor = tl.full((), float("-inf"), tl.float32)
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"))
+        a = tl.load(arg_ptr + base + offs, mask=offs < NB, other=0)
+        x = process_loaded(tl.load(row_base + a, mask=m > float("-inf"), other=float("-inf")), a, t, cv, ci)
+        floor = tl.maximum(floor, tl.max(tl.where((x > float("-inf")) & (a != skip), m, float("-inf")), axis=0))
+    return floor
 
 
 @triton.jit
@@ -219,10 +260,11 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
                               tl.load(cut_idx_ptr + row),
                               murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)),
                               tl.full((), -1, tl.int32), tl.load(topk_ptr + row), tl.load(topp_ptr + row), checked,
-                              tl.full((), float("-inf"), tl.float32), tl.full((), 1, tl.int32), q, P, r, P,
+                              tl.full((), float("-inf"), tl.float32), tl.full((), 1, tl.int32),
+                              (part_max_ptr, part_arg_ptr, 0, 0), q, P, r, P,
                               sync_ptr, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr,
                               pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK,
-                              ONE_SPAN)
+                              ONE_SPAN, False)
         if last_to_arrive(exits_ptr, r, P):
             tl.store(sync_ptr + r, 0)  # every program of the row has left its last barrier
     if q == 0:
@@ -294,10 +336,12 @@ def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, count
             tokens.shape[1], s.draw_splits, s.check_splits)
 
 
-def launch_options(s: OneLaunchScratch) -> dict:
-    """Constexprs and launch options of the one launch and the open-row launch for the scratch ``s``."""
+def launch_options(s: OneLaunchScratch, one_span: bool = True) -> dict:
+    """Constexprs and launch options of the one launch and the open-row launch for the scratch ``s``
+    (``one_span``: whether a program of one draw span keeps its scores in registers; the open-row launch
+    does not, its floored first redraw is cheaper than keeping them)."""
     return dict(DRAW_BLOCK=s.draw_block, CHECK_SPAN=s.check_span, CHECK_BLOCK=min(s.check_span, CHECK_BLOCK),
-                CHUNK=REDUCE_CHUNK, ONE_SPAN=s.programs == s.draw_splits, num_warps=CHECK_WARPS,
+                CHUNK=REDUCE_CHUNK, ONE_SPAN=one_span and s.programs == s.draw_splits, num_warps=CHECK_WARPS,
                 maxnreg=s.maxnreg, launch_cooperative_grid=True)
 
 

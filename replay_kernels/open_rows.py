@@ -6,13 +6,16 @@ open and the finish loop. When few requests are expected open (:data:`OPEN_ROW_S
 every request it leaves open (its list 0) and :func:`_open_rows_kernel` settles them all in one launch: grid
 (S, P), slot s taking entries s, s + S, ... one after another, its P programs drawing and checking each with
 the one launch's loop (``one_launch.settle_row``: same spans, partial sums and verdicts as the check kernel),
-behind a barrier counter a slot. Same tokens as the rounds and the finish loop (tests/test_one_launch.py).
+behind a barrier counter a slot. Each redraw is floored by the first draw's partials (``one_launch.floor_of``):
+only spans where a lane may reach the best partial still drawn pay the noise's logs. Same tokens as the rounds
+and the finish loop (tests/test_one_launch.py).
 
 All S x P programs must be resident at once (they wait for each other): :func:`slots` launches as many slots as
 the device holds (``one_launch.resident_programs``), and the launch is cooperative, so a grid the driver cannot
 hold is refused, never left to hang (``launches.run_cooperative`` then runs the rounds). Under
-``TRITON_INTERPRET=1`` P = 1. Bytes: each open row again from L2 or DRAM, V x 4 B a draw (with 61 programs a
-row its spans are read again each round) and a check; 12 B of partials a span a round.
+``TRITON_INTERPRET=1`` P = 1. Bytes: each open row again from L2 or DRAM, V x 4 B a draw and a check; the first
+draw's partials (8 B each) and their tokens' values (4 B) a draw in every program of the row; 12 B of partials a
+span a round.
 """
 from __future__ import annotations
 
@@ -43,17 +46,19 @@ OPEN_ROW_SHAPES = ((3.0, 122, 168), (8.0, 61, 128))
 @triton.jit
 def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, temp_ptr, lbound_ptr,
                       cut_val_ptr, cut_idx_ptr, topk_ptr, topp_ptr, seed_ptr, pos_ptr, top_ptr, tokens_ptr,
-                      tok_stride, list_ptr, len_ptr, part_max_ptr, part_arg_ptr, pall_ptr, plow_ptr, pcnt_ptr,
-                      sync_ptr, exits_ptr, V, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr,
+                      tok_stride, list_ptr, len_ptr, first_max_ptr, first_arg_ptr, FIRST_SPLITS, part_max_ptr,
+                      part_arg_ptr, pall_ptr, plow_ptr, pcnt_ptr, sync_ptr, exits_ptr, V, DRAW_SPLITS, CHECK_SPLITS,
+                      DRAW_BLOCK: tl.constexpr,
                       CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
                       ONE_SPAN: tl.constexpr):
     """Grid (S, P): the requests a first check left open (``list[:len]``, sample_check's list 0), settled in
     one launch. Slot s takes entries ``s, s + S, ...`` one after the other, its P programs drawing and checking
     each (``one_launch.settle_row``) from the bound the check left (``cut_val / cut_idx``: ``(x_c, c + 1)``)
     and the row's largest value ``top[r]``; a RESIDUAL request leaves its rejected draft ``dtok[r]`` out, as
-    the finish loop does. Program 0 of the slot writes the token to ``tokens[r, slot[r]]`` and sets ``mode[r]``
-    to NONE. The last program of a slot resets its barrier counter, the last of all the list's length
-    (``exits[S]``)."""
+    the finish loop does. Each redraw is pruned below the best first-draw partial still drawn
+    (``one_launch.floor_of`` of ``first_max / first_arg`` [R, FIRST_SPLITS]). Program 0 of the slot writes the token to
+    ``tokens[r, slot[r]]`` and sets ``mode[r]`` to NONE. The last program of a slot resets its barrier counter,
+    the last of all the list's length (``exits[S]``)."""
     s = tl.program_id(0)
     q = tl.program_id(1)
     S = tl.num_programs(0)
@@ -66,16 +71,17 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
         skip = tl.full((), -1, tl.int32)
         if mode == MODE_RESIDUAL:
             skip = tl.load(dtok_ptr + r)
+        base = logits_ptr + row.to(tl.int64) * l_stride
         # first = 0, M given: the top / held partials are never stored, so part_max / part_arg stand in for them
-        token, arrivals = settle_row(logits_ptr + row.to(tl.int64) * l_stride, V, mode, tl.load(temp_ptr + row),
-                                     tl.load(lbound_ptr + row), tl.load(cut_val_ptr + row),
-                                     tl.load(cut_idx_ptr + row), murmur3_row_key(tl.load(seed_ptr + r),
-                                                                                 tl.load(pos_ptr + row)), skip,
+        token, arrivals = settle_row(base, V, mode, tl.load(temp_ptr + row), tl.load(lbound_ptr + row),
+                                     tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row),
+                                     murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)), skip,
                                      tl.load(topk_ptr + row), tl.load(topp_ptr + row), mode != MODE_NONE,
-                                     tl.load(top_ptr + r), tl.zeros((), tl.int32), q, P, s, arrivals, sync_ptr,
-                                     part_max_ptr, part_arg_ptr, part_max_ptr, part_arg_ptr, pall_ptr, plow_ptr,
-                                     pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK,
-                                     ONE_SPAN)
+                                     tl.load(top_ptr + r), tl.zeros((), tl.int32),
+                                     (first_max_ptr, first_arg_ptr, r * FIRST_SPLITS, FIRST_SPLITS), q, P, s,
+                                     arrivals, sync_ptr, part_max_ptr, part_arg_ptr, part_max_ptr, part_arg_ptr,
+                                     pall_ptr, plow_ptr, pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN,
+                                     CHECK_BLOCK, CHUNK, ONE_SPAN, True)
         if q == 0:
             tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
             tl.store(mode_ptr + r, MODE_NONE)
@@ -107,18 +113,19 @@ def allocate(num_requests: int, vocab: int, check_span: int, device, miss: Seque
                                      programs=1 if interpreting() else programs_cap[0], maxnreg=programs_cap[1])
 
 
-def launcher(s: OneLaunchScratch, cs, logits, row, slot, dtok, params, seed, positions, top, tokens):
+def launcher(s: OneLaunchScratch, cs, first, logits, row, slot, dtok, params, seed, positions, tokens):
     """A callable that launches :func:`_open_rows_kernel` over the requests sample-and-check's first check left
     open (``cs``: its CheckScratch; the check appends them to list 0), or None when not one slot of P programs
-    is resident at once (then the launched rounds run). ``row`` / ``slot`` / ``dtok`` [R] int32: each request's
-    draw row, token slot and rejected draft; ``top`` [>= R] float32: each row's largest processed value (the
-    first draw's); ``tokens`` [R, W] int64. The grid is (S, P) with S the most slots, up to the allocated ones,
-    whose programs are all resident (cooperative: a grid the driver cannot hold at once is refused, not hung)."""
+    is resident at once (then the launched rounds run). ``first``: the first draw's DrawScratch (its partials
+    floor the redraws; ``top[0]``: each row's largest processed value); ``row`` / ``slot`` / ``dtok`` [R] int32:
+    each request's draw row, token slot and rejected draft; ``tokens`` [R, W] int64. The grid is (S, P) with S
+    the most slots, up to the allocated ones, whose programs are all resident (cooperative: a grid the driver
+    cannot hold at once is refused, not hung)."""
     args = (logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, cs.cut_val,
-            cs.cut_idx, params.top_k, params.top_p, seed, positions, top, tokens, tokens.stride(0), cs.open_rows[0],
-            cs.open_len[0:1], s.part_max, s.part_arg, s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1],
-            s.draw_splits, s.check_splits)
-    options = one_launch.launch_options(s)
+            cs.cut_idx, params.top_k, params.top_p, seed, positions, first.top, tokens, tokens.stride(0),
+            cs.open_rows[0], cs.open_len[0:1], first.part_max, first.part_arg, first.splits, s.part_max, s.part_arg,
+            s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1], s.draw_splits, s.check_splits)
+    options = one_launch.launch_options(s, one_span=False)
     grid = (slots(s, args, options, logits.device), s.programs)
     if grid[0] == 0:
         return None

@@ -198,8 +198,8 @@ class PlainSampler(LaunchSampler):
                 self._draw(state, mode, cut_val, cut_idx, state.round_draw, rows)
 
             settle = None if state.open is None else open_rows.launcher(
-                state.open, state.check, state.logits, state.row, state.slot, state.dummy_i32, p, state.seed,
-                state.positions, state.draw.top, state.tokens)
+                state.open, state.check, state.draw, state.logits, state.row, state.slot, state.dummy_i32, p,
+                state.seed, state.positions, state.tokens)
             launch_rounds(state.check, draw_open, state.logits, state.mode, state.row, state.slot, p,
                           state.tokens, state.draw.top, state.dummy_i32, state.seed, state.positions, settle=settle)
 

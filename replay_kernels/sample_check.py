@@ -50,7 +50,7 @@ from .ex2 import exp_terms
 from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch
 from .partials import last_to_arrive
 from .filters import FILTER_SPAN
-from .launches import launch
+from .launches import launch, pdl_wait
 from .params import load_processed
 from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
 
@@ -161,7 +161,7 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, ch
                   topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
                   top_ptr, dtok_ptr, kept_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_in, len_in, list_out,
                   len_out, len_done, V, SPLITS, LIST: tl.constexpr, APPEND: tl.constexpr, SPAN: tl.constexpr,
-                  BLOCK: tl.constexpr):
+                  BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Test the token the last draw wrote to ``tokens[r, slot[r]]`` of the rows that are open (mode TARGET or
     RESIDUAL, and a check row). The first check: grid (R, SPLITS), every row. A later one (``LIST``): grid (G,
     SPLITS) over the ``len_in[0]`` rows of ``list_in`` (the rows still open), like the ``LIST`` draw; its program
@@ -169,6 +169,7 @@ def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, ch
     reads; a plain store, no launch-wide counter). ``APPEND``: rows that stay open are appended to ``list_out``
     (count ``len_out[0]``, in arrival order: the order changes no token). ``top``, ``dtok``, ``kept``: see
     ``launch_check``."""
+    pdl_wait(PDL)
     if LIST:
         for j in range(tl.program_id(0), tl.load(len_in), tl.num_programs(0)):
             _check_span(tl.load(list_in + j), tl.program_id(1), logits_ptr, l_stride, mode_in, mode_out, row_ptr,
@@ -294,7 +295,9 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, 
         cv = tl.load(cut_val_ptr + row)
         ci = tl.load(cut_idx_ptr + row)
         done = tl.zeros((), tl.int32)
-        while done == 0:
+        rounds = tl.zeros((), tl.int32)
+        while (done == 0) & (rounds <= V):  # a miss drops a token at least: V + 1 rounds bound a NaN verdict's loop
+            rounds += 1
             c = _row_draw(base, V, t, cv, ci, key, skip, BLOCK)
             xc = _candidate(base, c, t)
             for s in range(0, SPLITS):

@@ -64,7 +64,7 @@ from .draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_ker
 from .partials import last_to_arrive
 from .filter_loop import FilterLoop
 from .filters import FILTER_SPAN
-from .launches import launch, run_cooperative
+from .launches import launch, pdl_wait, run_cooperative
 from . import open_rows
 from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
@@ -97,7 +97,7 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
                      arrivals_ptr, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr,
                      mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, V, NB, P,
                      HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr, ALL: tl.constexpr,
-                     SPAN: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
+                     SPAN: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr = False):
     """Draft position ``i0`` of every request still verifying: span stats of its row, then (in the last
     program of the request to arrive) the accept test of position i0, which may end the request's walk.
     ``ALL`` (few requests): every position at once, grid axis 2, stats of each position in its own slot of the P;
@@ -105,6 +105,7 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
     ``EXACT``: the second round after the fallback, with the exact cuts, grid ``(R, NB, 1)``: only a pending
     request's programs read anything more than its walk state; program ``(r, b)`` takes span b of each of its
     positions from the pending one on, each in its own slot of the P, and the last to arrive walks on from there."""
+    pdl_wait(PDL)
     r = tl.program_id(0)
     b = tl.program_id(1)
     start = tl.load(cu_ptr + r)
@@ -395,7 +396,7 @@ class StochasticSampler(LaunchSampler):
                 self._draw(s, draft, d_stride, mode, cut_val, cut_idx, s.round_draw, rows)
 
             settle = None if s.open is None else open_rows.launcher(
-                s.open, s.check, s.logits, s.rrow, s.slot, s.rdtok, p, s.seed, s.positions, s.draw.top, s.tokens)
+                s.open, s.check, s.draw, s.logits, s.rrow, s.slot, s.rdtok, p, s.seed, s.positions, s.tokens)
             launch_rounds(s.check, draw_open, s.logits, s.mode, s.rrow, s.slot, p, s.tokens, s.draw.top, s.rdtok,
                           s.seed, s.positions, cut=cut, settle=settle, kept_above=s.kept_above)
 

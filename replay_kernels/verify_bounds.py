@@ -56,7 +56,7 @@ import triton.language as tl
 
 from .filter_loop import FilterLoop, launcher
 from .filters import FilterScratch, launch_filters
-from .launches import launch
+from .launches import launch, pdl_wait
 from .verify_stats import FAR_GAP, NEAR_GAP
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
@@ -139,10 +139,12 @@ LIST_BLOCK = 1024        # rows a step of the one-program listing reads
 
 @triton.jit
 def _fallback_rows_kernel(cu_ptr, row_req_ptr, check_ptr, walk_ptr, pend_ptr, cut_val_ptr, cut_idx_ptr, fb_rows_ptr,
-                          fb_count_ptr, fb_cut_val_ptr, fb_cut_idx_ptr, N, BLOCK: tl.constexpr):
+                          fb_count_ptr, fb_cut_val_ptr, fb_cut_idx_ptr, N, BLOCK: tl.constexpr,
+                          PDL: tl.constexpr = False):
     """Grid (1,): copy every row's cut into the fallback's cut arrays, and list in row order (then their
     count) the rows that need the exact top-p cut: a row of a pending request at or after its pending
     position."""
+    pdl_wait(PDL)
     listed = tl.zeros((), tl.int32)
     for start in range(0, N, BLOCK):
         row = start + tl.arange(0, BLOCK)

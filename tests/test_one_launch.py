@@ -7,6 +7,8 @@ launch, and fall back to the sequence when the programs would not all be residen
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -232,6 +234,31 @@ def test_open_rows_of_a_verify_leave_the_rejected_draft_out(monkeypatch):
                                 stats_block=64, draw_block=64, stats_span=128, filter_span=128)
 
 
+def _floored_too_high(monkeypatch):
+    """Every open row's redraw floored at 1e30: the first draw's partials replaced by one a row, its last token
+    of the largest value (always drawn again) said to score that. No lane reaches the floor."""
+    real = open_rows.launcher
+
+    def floored(s, cs, first, logits, row, *rest):
+        x = logits[row.long()].float()
+        last_top = x.shape[1] - 1 - torch.flip(x, [1]).argmax(-1)
+        fake = SimpleNamespace(part_max=torch.full((row.numel(), 1), 1e30, device=x.device),
+                               part_arg=last_top.to(torch.int32).view(-1, 1).contiguous(), splits=1, top=first.top)
+        return real(s, cs, fake, logits, row, *rest)
+
+    monkeypatch.setattr(open_rows, "launcher", floored)
+
+
+def test_open_rows_draw_again_unpruned_below_a_floor_nothing_reaches(monkeypatch):
+    """A redraw's floor is a score some drawn token is believed to reach; when the pruned draw's best falls below
+    it, the draw runs again unpruned, so even a false floor gives the rounds' tokens. Token 0 holds each row's
+    largest value, so it is always kept: without that rule every lane is pruned and each open row takes it."""
+    _floored_too_high(monkeypatch)
+    step = _low_top_p_step(5, 700, 12)
+    step.logits[:, 0] = step.logits.max(-1).values + 0.01
+    _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, one_launch=False, block=64, filter_span=256)
+
+
 def test_open_rows_by_the_requests_expected_open():
     """The open-row launch's programs a row by the sum of the checked requests' miss bounds (OPEN_ROW_SHAPES):
     122 up to 3 expected, 61 up to 8, then the launched rounds (``open_rows=True``: the last shape)."""
@@ -264,6 +291,18 @@ def test_gpu_open_rows_match_the_rounds(vocab, requests, top_p, seed, monkeypatc
     assert state.open.programs == min(programs, state.open.draw_splits) > 1
     monkeypatch.setattr("replay_kernels.sample_check.launch_finish", _no_rounds)
     assert_repeatable_and_graph_capturable(impl, state)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("programs,maxnreg", [(122, 168), (61, 128)])
+def test_gpu_open_rows_draw_again_unpruned_below_a_floor_nothing_reaches(programs, maxnreg, monkeypatch):
+    """The false floor on the GPU, at 122 programs a row (one span each, its scores kept in registers) and 61."""
+    _floored_too_high(monkeypatch)
+    monkeypatch.setattr(open_rows, "OPEN_ROW_SHAPES", ((1e9, programs, maxnreg),))
+    step = _low_top_p_step(4, 248320, 12)
+    step.logits[:, 0] = step.logits.max(-1).values + 0.01
+    impl = _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, "cuda")
+    assert impl.prepare(step.to("cuda")).open.programs == programs
 
 
 @pytest.mark.gpu
