@@ -33,7 +33,7 @@ from .filters import (ROUND_BLOCK, ROUND_WARPS, SEARCH_IDX, SEARCH_TOPK, SEARCH_
                       mass_span, round_span, stats_span, step_row)
 from .interpret import interpreting
 from . import one_launch
-from .launches import compiled_kernel, launch
+from .launches import compiled_kernel, launch, pdl_wait
 from .one_launch import row_barrier
 from .partials import last_to_arrive
 
@@ -90,9 +90,10 @@ def _filter_loop_kernel(logits_ptr, stride, rows_ptr, count_ptr, temp_ptr, logmi
                         ndrop_ptr, lo_ptr, hi_ptr, base_ptr, cnt_ptr, mass_ptr, cut_val_ptr, cut_idx_ptr, sync_ptr,
                         exits_ptr, F, V, key_rounds, idx_rounds, SPLITS: tl.constexpr, HAS_TOPK: tl.constexpr,
                         HAS_TOPP: tl.constexpr, HAS_BOUND: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
-                        NC: tl.constexpr):
+                        NC: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (G, P): the passes of ``filters.launch_filters`` over the listed rows ``rows[:count]`` (module
     docstring), slot g taking rows g, g + G, ...; the last program of a slot to leave resets its barrier counter."""
+    pdl_wait(PDL)
     g = tl.program_id(0)
     q = tl.program_id(1)
     G = tl.num_programs(0)

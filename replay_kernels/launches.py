@@ -46,13 +46,19 @@ PDL = True
 def launch(kernel, grid: tuple, *args, **options) -> None:
     """``kernel[grid](*args, **options)``: now, or recorded (compiled first) into this thread's sequence; with
     ``launch_pdl`` where :data:`PDL` allows it for the kernel."""
-    if "PDL" in kernel.arg_names and PDL and _pdl_device():
-        options = dict(options, PDL=True, launch_pdl=True)
+    options = _with_pdl(kernel, options)
     recording = getattr(_local, "recording", None)
     if recording is None:
         kernel[grid](*args, **options)
     else:
         recording.append(_compiled_call(kernel, grid, args, options))
+
+
+def _with_pdl(kernel, options: dict) -> dict:
+    """``options`` with ``PDL`` and ``launch_pdl`` on where :data:`PDL` allows it for ``kernel``."""
+    if "PDL" in kernel.arg_names and PDL and _pdl_device():
+        return dict(options, PDL=True, launch_pdl=True)
+    return options
 
 
 @lru_cache(maxsize=None)
@@ -74,7 +80,7 @@ def pdl_wait(PDL: tl.constexpr):
 def compiled_kernel(kernel: JITFunction, grid: tuple, args: tuple, options: dict):
     """The compiled kernel ``kernel[grid](*args, **options)`` launches (``JITFunction.warmup``: the same
     specialization and cache), or None when warmup gives none (a jit_cache_hook, or a tool that intercepts run)."""
-    compiled = kernel.warmup(*args, grid=grid, **options)
+    compiled = kernel.warmup(*args, grid=grid, **_with_pdl(kernel, options))
     if hasattr(compiled, "result"):  # an asynchronous compile
         compiled = compiled.result()
     return compiled

@@ -50,7 +50,7 @@ import triton.language as tl
 
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
 from .interpret import interpreting
-from .launches import compiled_kernel, launch
+from .launches import compiled_kernel, launch, pdl_wait
 from .bound_rules import keep_mask
 from .params import process_loaded
 from .partials import block_argmax, block_max, last_to_arrive
@@ -243,10 +243,11 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
                        part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
                        sync_ptr, exits_ptr, V, W, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr,
                        CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                       ONE_SPAN: tl.constexpr):
+                       ONE_SPAN: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (R, P): the whole sample-and-check of request r by its P programs (module docstring). ``ONE_SPAN``
     (P = DRAW_SPLITS): each program's one draw span is scored once and kept in registers, so a redraw is a
     masked maximum; else each round scores its spans again (the same scores)."""
+    pdl_wait(PDL)
     r = tl.program_id(0)
     q = tl.program_id(1)
     P = tl.num_programs(1)

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from . import one_launch
 from .draw import MODE_NONE, MODE_RESIDUAL
-from .launches import compiled_kernel, launch
+from .launches import compiled_kernel, launch, pdl_wait
 from .one_launch import OneLaunchScratch, interpreting, settle_row
 from .partials import last_to_arrive
 from .rng import murmur3_row_key
@@ -50,7 +50,7 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
                       part_arg_ptr, pall_ptr, plow_ptr, pcnt_ptr, sync_ptr, exits_ptr, V, DRAW_SPLITS, CHECK_SPLITS,
                       DRAW_BLOCK: tl.constexpr,
                       CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                      ONE_SPAN: tl.constexpr):
+                      ONE_SPAN: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (S, P): the requests a first check left open (``list[:len]``, sample_check's list 0), settled in
     one launch. Slot s takes entries ``s, s + S, ...`` one after the other, its P programs drawing and checking
     each (``one_launch.settle_row``) from the bound the check left (``cut_val / cut_idx``: ``(x_c, c + 1)``)
@@ -59,6 +59,7 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
     (``one_launch.floor_of`` of ``first_max / first_arg`` [R, FIRST_SPLITS]). Program 0 of the slot writes the token to
     ``tokens[r, slot[r]]`` and sets ``mode[r]`` to NONE. The last program of a slot resets its barrier counter,
     the last of all the list's length (``exits[S]``)."""
+    pdl_wait(PDL)
     s = tl.program_id(0)
     q = tl.program_id(1)
     S = tl.num_programs(0)
