@@ -277,13 +277,10 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, 
     Same spans and sums as the split kernels, so the verdicts are the same. Program 0 sets ``len_done[0]``
     (the last list's length) back to 0 for the next launch."""
     r = tl.program_id(0)
-    if r == 0:
-        tl.store(len_done, 0)
+    tl.store(len_done, 0, mask=r == 0)
     mode = tl.load(mode_ptr + r)
     if (mode == MODE_TARGET) | (mode == MODE_RESIDUAL):
-        skip = tl.full((), -1, tl.int32)
-        if mode == MODE_RESIDUAL:
-            skip = tl.load(dtok_ptr + r)
+        skip = tl.load(dtok_ptr + r, mask=mode == MODE_RESIDUAL, other=-1)
         row = tl.load(row_ptr + r)
         base = logits_ptr + row.to(tl.int64) * l_stride
         t = tl.load(temp_ptr + row)
