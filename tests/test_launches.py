@@ -1,5 +1,6 @@
 """Recorded launch sequences (replay_kernels/launches.py): built once a state, nothing run while recording,
-the same tokens on every launch (CPU interpreter here; every GPU kernel test runs the compiled path)."""
+the same tokens on every launch (CPU interpreter here; every GPU kernel test runs the compiled path); programmatic
+dependent launch only for kernels that wait first."""
 from __future__ import annotations
 
 import pytest
@@ -64,3 +65,45 @@ def test_a_state_builds_its_launches_once_and_every_launch_rewrites_the_outputs(
     assert built == [state] and len(state.launches) == calls > 3
     assert [torch.equal(a, b) for a, b in zip(again, first)] == [True, True]
     compare(step, impl.result(state, *again), ReferenceSampler().sample(step))
+
+
+@triton.jit
+def _pdl_fill_kernel(out_ptr, value, PDL: tl.constexpr = False):
+    launches.pdl_wait(PDL)
+    tl.store(out_ptr, value)
+
+
+def test_programmatic_dependent_launch_only_for_kernels_that_wait(monkeypatch):
+    """``launch_pdl`` goes to a kernel that declares ``PDL`` (and so waits first), never to one that does not,
+    and only where the device runs it: not on this machine's interpreter or CPU."""
+    assert launches._with_pdl(_pdl_fill_kernel, {"num_warps": 4}) == {"num_warps": 4}
+    monkeypatch.setattr(launches, "_pdl_device", lambda: True)
+    assert launches._with_pdl(_pdl_fill_kernel, {"num_warps": 4}) == {"num_warps": 4, "PDL": True,
+                                                                        "launch_pdl": True}
+    assert launches._with_pdl(_fill_kernel, {"num_warps": 4}) == {"num_warps": 4}
+    monkeypatch.setattr(launches, "PDL", False)
+    assert launches._with_pdl(_pdl_fill_kernel, {}) == {}
+
+
+def test_every_pdl_kernel_waits_before_it_touches_memory():
+    """A kernel launched with ``launch_pdl`` may start while the one before it still writes: each kernel of the
+    package that declares ``PDL`` must call ``pdl_wait(PDL)`` as its first statement (after the docstring)."""
+    import ast
+    import pathlib
+
+    import replay_kernels
+
+    waiting, found = set(), set()
+    for path in pathlib.Path(replay_kernels.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef) or node.name == "pdl_wait" or "PDL" not in [
+                    a.arg for a in node.args.args]:
+                continue
+            found.add(node.name)
+            docstring = isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+            first = node.body[1 if docstring else 0]
+            if ast.unparse(first) in ("pdl_wait(PDL)", "launches.pdl_wait(PDL)"):
+                waiting.add(node.name)
+    assert {"_draw_kernel", "_check_kernel", "_position_kernel", "_fallback_rows_kernel", "_one_launch_kernel",
+            "_open_rows_kernel", "_filter_loop_kernel"} <= found
+    assert waiting == found, f"kernels that touch memory before pdl_wait: {sorted(found - waiting)}"
