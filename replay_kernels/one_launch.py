@@ -337,13 +337,16 @@ def _args(s: OneLaunchScratch, logits, mode, row, params, seed, positions, count
             tokens.shape[1], s.draw_splits, s.check_splits)
 
 
-def launch_options(s: OneLaunchScratch, one_span: bool = True) -> dict:
-    """Constexprs and launch options of the one launch and the open-row launch for the scratch ``s``
-    (``one_span``: whether a program of one draw span keeps its scores in registers; the open-row launch
-    does not, its floored first redraw is cheaper than keeping them)."""
+def launch_options(s: OneLaunchScratch) -> dict:
+    """Constexprs and launch options the one launch and the open-row launch share for the scratch ``s``."""
     return dict(DRAW_BLOCK=s.draw_block, CHECK_SPAN=s.check_span, CHECK_BLOCK=min(s.check_span, CHECK_BLOCK),
-                CHUNK=REDUCE_CHUNK, ONE_SPAN=one_span and s.programs == s.draw_splits, num_warps=CHECK_WARPS,
-                maxnreg=s.maxnreg, launch_cooperative_grid=True)
+                CHUNK=REDUCE_CHUNK, num_warps=CHECK_WARPS, maxnreg=s.maxnreg, launch_cooperative_grid=True)
+
+
+def _one_launch_options(s: OneLaunchScratch) -> dict:
+    """:func:`launch_options` and ``ONE_SPAN`` (P = draw splits: a program's one span scored once, kept in
+    registers). The open-row launch never keeps them: its floored redraws cost less than the registers."""
+    return dict(launch_options(s), ONE_SPAN=s.programs == s.draw_splits)
 
 
 def warps_by_registers(regs: int, sm_registers: int = 65536) -> int:
@@ -374,7 +377,7 @@ def fits(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts
         return False
     grid = (mode.numel(), s.programs)
     compiled = compiled_kernel(_one_launch_kernel, grid, _args(s, logits, mode, row, params, seed, positions,
-                                                               counts_init, counts, tokens), launch_options(s))
+                                                               counts_init, counts, tokens), _one_launch_options(s))
     return mode.numel() * s.programs <= resident_programs(compiled, logits.device)
 
 
@@ -382,4 +385,5 @@ def launch_one(s: OneLaunchScratch, logits, mode, row, params, seed, positions, 
     """The one launch: grid (R, P). ``mode`` / ``row`` [R] int32 (draw mode, logits row; output slot 0),
     ``seed`` [R] int64, ``positions`` [N] int64, ``counts_init`` / ``counts`` [R] int32, ``tokens`` [R, W] int64."""
     launch(_one_launch_kernel, (mode.numel(), s.programs),
-           *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens), **launch_options(s))
+           *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens),
+           **_one_launch_options(s))

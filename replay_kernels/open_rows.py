@@ -48,9 +48,8 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
                       cut_val_ptr, cut_idx_ptr, topk_ptr, topp_ptr, seed_ptr, pos_ptr, top_ptr, tokens_ptr,
                       tok_stride, list_ptr, len_ptr, first_max_ptr, first_arg_ptr, FIRST_SPLITS, part_max_ptr,
                       part_arg_ptr, pall_ptr, plow_ptr, pcnt_ptr, sync_ptr, exits_ptr, V, DRAW_SPLITS, CHECK_SPLITS,
-                      DRAW_BLOCK: tl.constexpr,
-                      CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                      ONE_SPAN: tl.constexpr, PDL: tl.constexpr = False):
+                      DRAW_BLOCK: tl.constexpr, CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr,
+                      CHUNK: tl.constexpr, PDL: tl.constexpr = False):
     """Grid (S, P): the requests a first check left open (``list[:len]``, sample_check's list 0), settled in
     one launch. Slot s takes entries ``s, s + S, ...`` one after the other, its P programs drawing and checking
     each (``one_launch.settle_row``) from the bound the check left (``cut_val / cut_idx``: ``(x_c, c + 1)``)
@@ -82,7 +81,7 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
                                      (first_max_ptr, first_arg_ptr, r * FIRST_SPLITS, FIRST_SPLITS), q, P, s,
                                      arrivals, sync_ptr, part_max_ptr, part_arg_ptr, part_max_ptr, part_arg_ptr,
                                      pall_ptr, plow_ptr, pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN,
-                                     CHECK_BLOCK, CHUNK, ONE_SPAN, True)
+                                     CHECK_BLOCK, CHUNK, False, True)
         if q == 0:
             tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
             tl.store(mode_ptr + r, MODE_NONE)
@@ -126,7 +125,7 @@ def launcher(s: OneLaunchScratch, cs, first, logits, row, slot, dtok, params, se
             cs.cut_idx, params.top_k, params.top_p, seed, positions, first.top, tokens, tokens.stride(0),
             cs.open_rows[0], cs.open_len[0:1], first.part_max, first.part_arg, first.splits, s.part_max, s.part_arg,
             s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1], s.draw_splits, s.check_splits)
-    options = one_launch.launch_options(s, one_span=False)
+    options = one_launch.launch_options(s)
     grid = (slots(s, args, options, logits.device), s.programs)
     if grid[0] == 0:
         return None

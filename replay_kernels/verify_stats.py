@@ -58,6 +58,13 @@ def online(m, acc, x):
 
 
 @triton.jit
+def _rescaled(m, s, gm):
+    """One chunk of span (max ``m``, sum ``s``) pairs rescaled to the row's max ``gm`` and added (a span whose max
+    is -inf adds 0): what :func:`spans_sum` and :func:`global_lse` add, the same bits in both."""
+    return tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
+
+
+@triton.jit
 def spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK: tl.constexpr):
     """A row's span sums rescaled to its max ``gm``: the sum over spans of ``sum * exp(max - gm)`` (a span
     whose max is -inf adds 0), in span order, ``CHUNK`` spans at a time."""
@@ -66,7 +73,7 @@ def spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK: tl.constexpr):
         offs = start + tl.arange(0, CHUNK)
         m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
         s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0, cache_modifier=".cg")
-        tot += tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
+        tot += _rescaled(m, s, gm)
     return tot
 
 
@@ -110,7 +117,7 @@ def global_lse(max_ptr, sum_ptr, base, NB, CHUNK: tl.constexpr):
         m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
         s = tl.load(sum_ptr + base + offs, mask=offs < NB, other=0.0, cache_modifier=".cg")
         gm = tl.max(m, axis=0)
-        tot = tl.sum(tl.where(m > float("-inf"), s * tl.exp(m - gm), 0.0), axis=0)
+        tot = _rescaled(m, s, gm)
     else:
         gm = block_max(max_ptr, base, NB, CHUNK)
         tot = spans_sum(max_ptr, sum_ptr, gm, base, NB, CHUNK)
