@@ -48,7 +48,7 @@ import triton.language as tl
 from .bound_rules import float_key, key_to_float
 from .launches import pdl_wait
 from .params import load_processed, process_loaded
-from .partials import block_argmax, block_max, held_once, last_to_arrive
+from .partials import block_argmax, block_argmax_top, held_once, last_to_arrive
 from .rng import better, gumbel_upper_bound, murmur3_finish, murmur3_preimage, murmur3_row_key, noised_score
 
 # Draw modes (one per request), shared by the plain samplers and the stochastic walk.
@@ -349,16 +349,18 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
             tl.store(row_best_ptr + r, NO_BEST)  # for the next launch
         count = tl.load(count_src_ptr + r)
         if mode != MODE_NONE:
-            _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
-            tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
             if TOP:  # the row's largest processed value (sample-and-check sums exp(x - top)), one lane's or not
-                top = block_max(part_top_ptr, r * SPLITS, SPLITS, CHUNK)
+                token, top, n_spans, first = block_argmax_top(part_max_ptr, part_arg_ptr, part_top_ptr, r * SPLITS,
+                                                              SPLITS, CHUNK)
                 tl.store(top_ptr + r, top)
                 row = tl.load(row_ptr + r)
                 tl.store(top_ptr + tl.num_programs(0) + r, held_once(  # top[1]: grid (R, SPLITS), never LIST
-                    part_top_ptr, r * SPLITS, SPLITS, top, mode != MODE_GREEDY, token,
-                    logits_ptr + row.to(tl.int64) * l_stride, tl.load(temp_div_ptr + row),
-                    tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row), span, V, BLOCK, CHUNK))
+                    top, n_spans, first, mode != MODE_GREEDY, token, logits_ptr + row.to(tl.int64) * l_stride,
+                    tl.load(temp_div_ptr + row), tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row), span, V,
+                    BLOCK, TILES))
+            else:
+                _, token = block_argmax(part_max_ptr, part_arg_ptr, r * SPLITS, SPLITS, CHUNK)
+            tl.store(tokens_ptr + r * tok_stride + tl.load(slot_ptr + r), token.to(tl.int64))
         for j in range(count, W):
             tl.store(tokens_ptr + r * tok_stride + j, -1)
         tl.store(counts_ptr + r, count)

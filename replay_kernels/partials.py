@@ -35,6 +35,36 @@ def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def block_argmax_top(max_ptr, arg_ptr, top_ptr, base, NB, CHUNK: tl.constexpr):
+    """:func:`block_argmax` of the (max, index) partials, and over the ``NB`` per-span maxima at ``top_ptr``: the
+    largest, how many spans hold it and the first that does (NaN-free; the counts of an all -inf row are never
+    used). One pass, a chunk's three loads in flight together: the draw's tail was a chain of round trips to L2."""
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.zeros((), tl.int32)
+    top = tl.full((), float("-inf"), tl.float32)
+    n_spans = tl.zeros((), tl.int32)
+    first = tl.zeros((), tl.int32) + NB
+    for start in range(0, NB, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        ok = offs < NB
+        m = tl.load(max_ptr + base + offs, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        a = tl.load(arg_ptr + base + offs, mask=ok, other=0, cache_modifier=".cg")
+        u = tl.load(top_ptr + base + offs, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        cm = tl.max(m, axis=0)
+        ca = tl.min(tl.where((m == cm) & ok, a, 2147483647), axis=0)
+        take = better(cm, ca, best, best_idx)
+        best_idx = tl.where(take, ca, best_idx)
+        best = tl.where(take, cm, best)
+        cu = tl.max(u, axis=0)
+        at_top = (u == cu) & ok
+        count = tl.sum(at_top.to(tl.int32), axis=0)
+        n_spans = tl.where(cu > top, count, tl.where(cu == top, n_spans + count, n_spans))
+        first = tl.where(cu > top, tl.min(tl.where(at_top, offs, NB), axis=0), first)
+        top = tl.maximum(top, cu)
+    return best_idx, top, n_spans, first
+
+
+@triton.jit
 def block_max(max_ptr, base, NB, CHUNK: tl.constexpr):
     """The largest of ``NB`` partial maxima at ``base``."""
     best = tl.full((), float("-inf"), tl.float32)
@@ -59,29 +89,23 @@ def last_to_arrive(arrivals_ptr, r, SPLITS):
 
 
 @triton.jit
-def held_once(top_ptr, base, NB, top, target, token, row_base, t, cv, ci, span, V, BLOCK: tl.constexpr,
-              CHUNK: tl.constexpr):
+def held_once(top, n_spans, first, target, token, row_base, t, cv, ci, span, V, BLOCK: tl.constexpr,
+              TILES: tl.constexpr):
     """1.0 when exactly one lane of a ``target`` row (TARGET or RESIDUAL) holds its largest processed value ``top``
     (> -inf) and the drawn ``token`` lies in that lane's span, else 0.0 (a token elsewhere is below ``top``, so the
-    check, which keeps a token unread only if it equals ``top``, cannot use the flag); ``top_ptr + base``: the row's
-    ``NB`` per-span maxima (spans of ``span`` lanes), each at least its span's largest processed value and at most
-    ``top`` (a chunk whose largest value the filter drops reports its bound: such a span counts like one holding
-    ``top``, so a flag can be missed, never set wrongly). The spans whose maximum is ``top`` are counted; with
-    exactly one, its lanes are read again (processed with ``t``, ``cv``, ``ci``) and counted (a one-hot residual's
-    rejected draft, left out of ``top``, counts if it equals it). Sample-and-check's first check keeps a drawn token
-    that is that lane without reading the row (``sample_check._check_span``)."""
-    n_spans = tl.zeros((), tl.int32)
-    first = tl.zeros((), tl.int32) + NB
-    for start in range(0, NB, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        at_top = tl.load(top_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg") == top
-        n_spans += tl.sum(at_top.to(tl.int32), axis=0)
-        first = tl.minimum(first, tl.min(tl.where(at_top, offs, NB), axis=0))
+    check, which keeps a token unread only if it equals ``top``, cannot use the flag). ``n_spans`` / ``first``: how
+    many of the row's spans (of ``span`` lanes) have ``top`` as their maximum and the first that does
+    (:func:`block_argmax_top`); a span's maximum is at least its largest processed value and at most ``top`` (a
+    chunk whose largest value the filter drops reports its bound: such a span counts like one holding ``top``, so a
+    flag can be missed, never set wrongly). With exactly one such span, its lanes are read again, ``TILES`` tiles
+    of ``BLOCK`` at a time (processed with ``t``, ``cv``, ``ci``), and counted (a one-hot residual's rejected draft,
+    left out of ``top``, counts if it equals it). Sample-and-check's first check keeps a drawn token that is that
+    lane without reading the row (``sample_check._check_span``)."""
     lanes_at_top = tl.zeros((), tl.int32)
     if (n_spans == 1) & (top > float("-inf")) & target & (token // span == first):
         hi = tl.minimum(first * span + span, V)
-        for start in range(first * span, hi, BLOCK):
-            lanes = start + tl.arange(0, BLOCK)
+        for start in range(first * span, hi, TILES * BLOCK):
+            lanes = start + tl.arange(0, TILES)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
             x = process_loaded(tl.load(row_base + lanes, mask=lanes < hi, other=float("-inf")), lanes, t, cv, ci)
-            lanes_at_top += tl.sum((x == top).to(tl.int32), axis=0)
+            lanes_at_top += tl.sum(tl.sum((x == top).to(tl.int32), axis=1), axis=0)
     return (lanes_at_top == 1).to(tl.float32)

@@ -13,13 +13,16 @@ import signal
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle.rng import gumbel_row
 from replay_kernels import sample_check
 from replay_kernels.gumbel_max import GumbelMaxSampler
+from replay_kernels.partials import block_argmax_top
 from replay_kernels.stochastic import StochasticSampler
-from test_kernels import assert_repeatable_and_graph_capturable, compare, synthetic_step
+from test_kernels import DEVICE, assert_repeatable_and_graph_capturable, compare, synthetic_step
 
 
 def _plain(seed: int, vocab: int, requests: int, **kw):
@@ -390,3 +393,33 @@ def test_plain_steps_launch_the_rounds_their_top_p_needs_and_verify_steps_all():
     verify.top_p[:] = 0.9  # a residual draw can miss more often than 1 - p
     impl = StochasticSampler(stats_block=64, draw_block=64, stats_span=128, filter_span=128)
     assert impl.prepare(verify).check.rounds == sample_check.EXTRA_ROUNDS
+
+
+@triton.jit
+def _argmax_top_kernel(max_ptr, arg_ptr, top_ptr, out_ptr, NB, CHUNK: tl.constexpr):
+    token, top, n_spans, first = block_argmax_top(max_ptr, arg_ptr, top_ptr, 0, NB, CHUNK)
+    tl.store(out_ptr, token.to(tl.float32))
+    tl.store(out_ptr + 1, top)
+    tl.store(out_ptr + 2, n_spans.to(tl.float32))
+    tl.store(out_ptr + 3, first.to(tl.float32))
+
+
+@pytest.mark.parametrize("nb,top_spans", [(300, [40, 140, 299]), (300, [299]), (128, [0, 127]), (7, [3])])
+def test_the_draw_tail_counts_the_spans_at_the_top_across_chunks(nb, top_spans):
+    """The first draw's last program reduces the (score, token) partials and the per-span maxima in one pass of
+    CHUNK = 32 here (``partials.block_argmax_top``): the token is the largest score's smallest token, the top the
+    largest maximum, with how many spans hold it and the first that does, whichever chunks they lie in (a chunk
+    that raises the top restarts the count; one that meets it adds to it). Mutation-checked: restarting the
+    count on a chunk that only meets the top, or keeping the first span of the last chunk, fails it."""
+    g = torch.Generator().manual_seed(nb)
+    scores = torch.randn(nb, generator=g)
+    scores[[5, nb - 1]] = 9.0  # tied best scores: the smaller token wins
+    args = torch.randperm(10 * nb, generator=g)[:nb].to(torch.int32)
+    maxima = torch.randn(nb, generator=g)
+    maxima[top_spans] = 7.5
+    out = torch.zeros(4)
+    dev = [t.to(DEVICE) for t in (scores, args, maxima, out)]
+    _argmax_top_kernel[(1,)](*dev, nb, CHUNK=32)
+    token, top, n_spans, first = dev[3].cpu().tolist()
+    assert int(token) == min(int(args[5]), int(args[nb - 1]))
+    assert (top, int(n_spans), int(first)) == (7.5, len(top_spans), top_spans[0])

@@ -10,7 +10,8 @@ live in one process); ``--set NAME:MODULE.ATTR=EXPR`` then overrides a module co
 table, a tile), evaluated with the module's globals. The first variant is the reference: every other
 variant's tokens and counts must equal its tokens in every case (exit 1 otherwise: a pruning or tie bug).
 Timing: each case is prepared once per variant, then ``--rounds`` rounds, variants interleaved in each, of
-``time_graph`` (16 launches in one CUDA graph, warm L2, median µs per launch); the table gives the median of
+``time_graph`` (16 launches in one CUDA graph, warm L2, median µs per launch; ``--cold``: the L2 evicted before
+each launch, ``time_graph_cold``); the table gives the median of
 the rounds and its ratio to the reference. Cases: the SYNTHETIC bench rows
 (``replay_harness.bench.kernels.cases.Inputs``, seeded by (V, R, k) like the bench) and steps derived from
 the real recordings (``fixtures/real-draft-model``: Qwen2.5; ``fixtures/real-mixed``: SmolLM2), widened to
@@ -136,13 +137,16 @@ def main() -> int:
     ap.add_argument("--per-step", action="store_true",
                     help="also each step's median per variant, with the rows a verify listed for its exact-cut "
                     "fallback")
+    ap.add_argument("--cold", action="store_true",
+                    help="evict the L2 before every launch in the graph (a read of 2 x L2, its time subtracted): "
+                         "a step's kernels then reuse only what the step itself read")
     ap.add_argument("--kernels", action="store_true",
                     help="also each variant's device time per kernel (torch.profiler, 10 launches), after the table")
     args = ap.parse_args()
 
     import torch
 
-    from replay_harness.bench.timing import time_graph
+    from replay_harness.bench.timing import time_graph, time_graph_cold
 
     if not torch.cuda.is_available():
         print("ab_kernels: needs a CUDA device", file=sys.stderr)
@@ -165,8 +169,10 @@ def main() -> int:
                                                   for w in words)]
     names = list(variants)
     ref = names[0]
-    print(f"# ab_kernels on {torch.cuda.get_device_name()}, torch {torch.__version__}; CUDA graphs of 16 launches, "
-          f"{args.rounds} rounds interleaved, median µs per launch (ratio to {ref})\n")
+    timer = time_graph_cold if args.cold else time_graph
+    l2 = "L2 evicted before each launch" if args.cold else "warm L2"
+    print(f"# ab_kernels on {torch.cuda.get_device_name()}, torch {torch.__version__}; CUDA graphs of 16 launches "
+          f"({l2}), {args.rounds} rounds interleaved, median µs per launch (ratio to {ref})\n")
     print("| case | " + " | ".join(names) + " | tokens |")
     print("|---|" + "---:|" * len(names) + "---|")
     differ = 0
@@ -187,7 +193,7 @@ def main() -> int:
             for _ in range(args.rounds):
                 for name in names:
                     impl, state = states[name]
-                    times[name].append(time_graph(lambda: impl.launch(state), 16, 50.0)[0])
+                    times[name].append(timer(lambda: impl.launch(state), 16, 50.0)[0])
             for n in names:
                 per_step[n].append(statistics.median(times[n]))
             if args.per_step:
