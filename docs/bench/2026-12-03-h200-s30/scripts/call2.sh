@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Thirtieth session, call 2: the check kernel takes its spans last first (program (r, j) checks span SPLITS - 1 - j),
-# so it starts on what the draw read last, still in L2, against base (scratch/s30base = git archive 9146e3c).
+# so it starts on what the draw read last, still in L2 (the tree of the call; not adopted, reverted: the patch is the
+# one line `s = SPLITS - 1 - tl.program_id(1)` in sample_check._check_kernel, passed for tl.program_id(1)), against
+# base (scratch/s30base = git archive 9146e3c).
 # Warm-L2 graphs (ab_kernels default) and graphs with the L2 evicted before each launch (--cold: the step's kernels
 # reuse only what the step itself read); per-kernel device times with PDL off (profiler times of PDL kernels include
 # their wait); Nsight Compute of the first check, natural L2 state (--cache-control none, application replay).
