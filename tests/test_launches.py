@@ -107,3 +107,22 @@ def test_every_pdl_kernel_waits_before_it_touches_memory():
     assert {"_draw_kernel", "_check_kernel", "_position_kernel", "_fallback_rows_kernel", "_one_launch_kernel",
             "_open_rows_kernel", "_filter_loop_kernel"} <= found
     assert waiting == found, f"kernels that touch memory before pdl_wait: {sorted(found - waiting)}"
+
+
+@pytest.mark.gpu
+def test_gpu_pdl_kernels_compile_with_launch_pdl_and_run():
+    """On an sm_90+ device the option reaches the backend: the compiled kernel a launch records carries
+    ``launch_pdl`` (the flag its launcher passes to cuLaunchKernelEx) for a kernel that waits, not for one
+    that does not, and the waiting kernel runs and writes. A Triton that dropped the option would lose the
+    launch gaps silently, with the same tokens."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90 or later")
+    out = torch.zeros(128, device="cuda")
+    state = _State()
+    launches.run_recorded(state, lambda: (launches.launch(_fill_kernel, (1,), out, 2.0, 128, BLOCK=128),
+                                          launches.launch(_pdl_fill_kernel, (1,), out, 5.0)))
+    torch.cuda.synchronize()
+    assert out[0].item() == 5.0 and out[1:].eq(2.0).all()
+    plain = launches.compiled_kernel(_fill_kernel, (1,), (out, 2.0, 128), {"BLOCK": 128})
+    waiting = launches.compiled_kernel(_pdl_fill_kernel, (1,), (out, 5.0), {})
+    assert (plain.metadata.launch_pdl, waiting.metadata.launch_pdl) == (False, True)
