@@ -11,7 +11,7 @@ table, a tile), evaluated with the module's globals. The first variant is the re
 variant's tokens and counts must equal its tokens in every case (exit 1 otherwise: a pruning or tie bug).
 Timing: each case is prepared once per variant, then ``--rounds`` rounds, variants interleaved in each, of
 ``time_graph`` (16 launches in one CUDA graph, warm L2, median µs per launch; ``--cold``: the L2 evicted before
-each launch, ``time_graph_cold``); the table gives the median of
+each launch, ``time_graph(cold=True)``); the table gives the median of
 the rounds and its ratio to the reference. Cases: the SYNTHETIC bench rows
 (``replay_harness.bench.kernels.cases.Inputs``, seeded by (V, R, k) like the bench) and steps derived from
 the real recordings (``fixtures/real-draft-model``: Qwen2.5; ``fixtures/real-mixed``: SmolLM2), widened to
@@ -146,7 +146,7 @@ def main() -> int:
 
     import torch
 
-    from replay_harness.bench.timing import time_graph, time_graph_cold
+    from replay_harness.bench.timing import time_graph
 
     if not torch.cuda.is_available():
         print("ab_kernels: needs a CUDA device", file=sys.stderr)
@@ -169,7 +169,6 @@ def main() -> int:
                                                   for w in words)]
     names = list(variants)
     ref = names[0]
-    timer = time_graph_cold if args.cold else time_graph
     l2 = "L2 evicted before each launch" if args.cold else "warm L2"
     print(f"# ab_kernels on {torch.cuda.get_device_name()}, torch {torch.__version__}; CUDA graphs of 16 launches "
           f"({l2}), {args.rounds} rounds interleaved, median µs per launch (ratio to {ref})\n")
@@ -193,7 +192,7 @@ def main() -> int:
             for _ in range(args.rounds):
                 for name in names:
                     impl, state = states[name]
-                    times[name].append(timer(lambda: impl.launch(state), 16, 50.0)[0])
+                    times[name].append(time_graph(lambda: impl.launch(state), 16, 50.0, args.cold)[0])
             for n in names:
                 per_step[n].append(statistics.median(times[n]))
             if args.per_step:

@@ -9,8 +9,8 @@ Two ways of timing a zero-argument callable ``fn`` (device work only, no host sy
   evicted (:func:`flush_l2`) between warm-up and timing; elsewhere ``time.perf_counter`` wall-clock.
 * **per mode** (the kernel benchmark): ``eager-cold`` (:func:`time_cold`: triton ``do_bench``, which
   flushes L2 before every call), ``eager-warm`` (:func:`time_warm`: back-to-back calls, CUDA events),
-  ``graph`` (:func:`time_graph`: G launches captured in one CUDA graph, replays timed, divided by G;
-  :func:`time_graph_cold`: the same with the L2 evicted before each launch, tools/ab_kernels.py ``--cold``).
+  ``graph`` (:func:`time_graph`: G launches captured in one CUDA graph, replays timed, divided by G; ``cold``:
+  the L2 evicted before each launch, tools/ab_kernels.py ``--cold``).
 
 Statistics: :func:`quantiles` (median, p20, p80 of µs values), :func:`bootstrap_ratio` (A/B ratio CI).
 """
@@ -236,73 +236,52 @@ def time_warm(fn: Call, cuda: bool, target_ms: float) -> tuple[float, float, flo
     return quantiles([s.elapsed_time(e) * 1e3 for s, e in ev])
 
 
-def time_graph(fn: Call, launches: int, target_ms: float) -> tuple[float, float, float, int]:
-    """graph: G <= ``launches`` calls captured in one CUDA graph (fewer for calls over 2 ms), replayed
-    for about ``target_ms`` (3..50 replays); (median, p20, p80) µs per launch, and G. CUDA only."""
-    est = estimate_ms(fn, True)
-    g_launches = min(launches if est < 2.0 else max(1, int(20.0 / est)), launches)
+def _captured(body: Call, g_launches: int) -> torch.cuda.CUDAGraph:
+    """``body`` run 3 times on a side stream (compiles, allocations), then ``g_launches`` times captured in one
+    CUDA graph, replayed once."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(3):
-            fn()
+            body()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(g_launches):
-            fn()
+            body()
     g.replay()
     torch.cuda.synchronize()
-    n = int(min(50, max(3, target_ms / (est * g_launches))))
-    ev = [_event_pair() for _ in range(n)]
-    for a, b in ev:
-        a.record()
-        g.replay()
-        b.record()
-    torch.cuda.synchronize()
-    med, p20, p80 = quantiles([a.elapsed_time(b) * 1e3 / g_launches for a, b in ev])
-    del g
-    return med, p20, p80, g_launches
+    return g
 
 
-def time_graph_cold(fn: Call, launches: int, target_ms: float) -> tuple[float, float, float, int]:
-    """graph with the L2 evicted before every call: G x (read 2 x L2 of scratch, ``fn``) captured in one CUDA graph,
-    G reads alone in another, the two replayed alternately; (median, p20, p80) of the per-launch difference, µs,
-    and G. A read leaves L2 full of clean lines: no write-back lands in ``fn``'s time, as a zeroing flush's would.
-    CUDA only."""
-    scratch = torch.zeros(2 * l2_bytes(torch.device("cuda")) // 4, dtype=torch.float32, device="cuda")
+def time_graph(fn: Call, launches: int, target_ms: float, cold: bool = False) -> tuple[float, float, float, int]:
+    """graph: G <= ``launches`` calls captured in one CUDA graph (fewer for calls over 2 ms), replayed
+    for about ``target_ms`` (3..50 replays); (median, p20, p80) µs per launch, and G. CUDA only.
+
+    ``cold``: each call comes after a read of 2 x L2 of scratch (the L2 left full of clean lines: no write-back
+    lands in ``fn``'s time, as a zeroing flush's would), and a graph of the reads alone is replayed alternately
+    with it: the figures are of the per-launch difference."""
     est = estimate_ms(fn, True)
     g_launches = min(launches if est < 2.0 else max(1, int(20.0 / est)), launches)
-    graphs = []
-    for with_fn in (True, False):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                scratch.sum()
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(g_launches):
-                scratch.sum()
-                if with_fn:
-                    fn()
-        g.replay()
-        graphs.append(g)
-    torch.cuda.synchronize()
+    if cold:
+        scratch = torch.zeros(2 * l2_bytes(torch.device("cuda")) // 4, dtype=torch.float32, device="cuda")
+        graphs = [_captured(lambda: (scratch.sum(), fn()), g_launches), _captured(scratch.sum, g_launches)]
+    else:
+        graphs = [_captured(fn, g_launches)]
     n = int(min(50, max(3, target_ms / (est * g_launches))))
-    ev = [[_event_pair() for _ in range(n)] for _ in graphs]
-    for i in range(n):
-        for g, (a, b) in zip(graphs, (ev[0][i], ev[1][i])):
+    ev = [[_event_pair() for _ in graphs] for _ in range(n)]
+    for pairs in ev:
+        for g, (a, b) in zip(graphs, pairs):
             a.record()
             g.replay()
             b.record()
     torch.cuda.synchronize()
-    diffs = [(a.elapsed_time(b) - c.elapsed_time(d)) * 1e3 / g_launches for (a, b), (c, d) in zip(*ev)]
+    times = [a.elapsed_time(b) for pairs in ev for a, b in pairs[:1]]
+    if cold:
+        times = [t - a.elapsed_time(b) for t, pairs in zip(times, ev) for a, b in pairs[1:]]
     del graphs
-    return (*quantiles(diffs), g_launches)
+    return (*quantiles([t * 1e3 / g_launches for t in times]), g_launches)
 
 
 def copy_bandwidth(cuda: bool, gib: float) -> dict:
