@@ -26,12 +26,19 @@ def block_argmax(max_ptr, arg_ptr, base, NB, CHUNK: tl.constexpr):
         offs = start + tl.arange(0, CHUNK)
         m = tl.load(max_ptr + base + offs, mask=offs < NB, other=float("-inf"), cache_modifier=".cg")
         a = tl.load(arg_ptr + base + offs, mask=offs < NB, other=0, cache_modifier=".cg")
-        cm = tl.max(m, axis=0)
-        ca = tl.min(tl.where((m == cm) & (offs < NB), a, 2147483647), axis=0)
-        take = better(cm, ca, best, best_idx)
-        best_idx = tl.where(take, ca, best_idx)
-        best = tl.where(take, cm, best)
+        best, best_idx = _merge_chunk(m, a, offs < NB, best, best_idx)
     return best, best_idx
+
+
+@triton.jit
+def _merge_chunk(m, a, ok, best, best_idx):
+    """(best, best_idx) merged with one chunk of (max ``m``, index ``a``) partials, lanes ``ok`` in range: the
+    chunk's largest max at the smallest index holding it, taken in the order of ``rng.better``."""
+    cm = tl.max(m, axis=0)
+    ca = tl.min(tl.where((m == cm) & ok, a, 2147483647), axis=0)
+    take = better(cm, ca, best, best_idx)
+    best_idx = tl.where(take, ca, best_idx)
+    return tl.where(take, cm, best), best_idx
 
 
 @triton.jit
@@ -50,11 +57,7 @@ def block_argmax_top(max_ptr, arg_ptr, top_ptr, base, NB, CHUNK: tl.constexpr):
         m = tl.load(max_ptr + base + offs, mask=ok, other=float("-inf"), cache_modifier=".cg")
         a = tl.load(arg_ptr + base + offs, mask=ok, other=0, cache_modifier=".cg")
         u = tl.load(top_ptr + base + offs, mask=ok, other=float("-inf"), cache_modifier=".cg")
-        cm = tl.max(m, axis=0)
-        ca = tl.min(tl.where((m == cm) & ok, a, 2147483647), axis=0)
-        take = better(cm, ca, best, best_idx)
-        best_idx = tl.where(take, ca, best_idx)
-        best = tl.where(take, cm, best)
+        best, best_idx = _merge_chunk(m, a, ok, best, best_idx)
         cu = tl.max(u, axis=0)
         at_top = (u == cu) & ok
         count = tl.sum(at_top.to(tl.int32), axis=0)
