@@ -79,15 +79,21 @@ def row_barrier(sync_ptr, r, target):
 
 
 @triton.jit
-def _span_scores(base, lo, V, mode, t, L, ci, key, skip, thr, BLOCK: tl.constexpr):
-    """(processed values, scores) of lanes ``[lo, lo + BLOCK)`` of one row, float32 ``[BLOCK]``: GREEDY the raw
-    values (NaN as -inf), which are their own scores; TARGET (or RESIDUAL) the values under the bound
-    ``(L, ci)``, lane ``skip`` left out (a one-hot residual's rejected draft; -1: none), and their Gumbel-max
-    scores. All -inf (no logs paid) for a span with nothing kept, and, given a floor ``thr`` > -inf, for a span
-    where no ``x + gumbel_upper_bound(h)`` reaches it: none of its scores can."""
+def _span_raw(base, lo, V, BLOCK: tl.constexpr):
+    """Lanes ``[lo, lo + BLOCK)`` of one row as stored (-inf from V on: a span at or past V loads nothing)."""
+    offs = lo + tl.arange(0, BLOCK)
+    return tl.load(base + offs, mask=offs < V, other=float("-inf"))
+
+
+@triton.jit
+def _span_scores(raw, lo, V, mode, t, L, ci, key, skip, thr, BLOCK: tl.constexpr):
+    """(processed values, scores) of lanes ``[lo, lo + BLOCK)`` of one row (``raw``: :func:`_span_raw`), float32
+    ``[BLOCK]``: GREEDY the raw values (NaN as -inf), which are their own scores; TARGET (or RESIDUAL) the values
+    under the bound ``(L, ci)``, lane ``skip`` left out (a one-hot residual's rejected draft; -1: none), and their
+    Gumbel-max scores. All -inf (no logs paid) for a span with nothing kept, and, given a floor ``thr`` > -inf, for
+    a span where no ``x + gumbel_upper_bound(h)`` reaches it: none of its scores can."""
     offs = lo + tl.arange(0, BLOCK)
     valid = offs < V
-    raw = tl.load(base + offs, mask=valid, other=float("-inf"))
     if mode == MODE_GREEDY:
         x = raw.to(tl.float32)
         x = tl.where(x != x, float("-inf"), x)
@@ -97,39 +103,29 @@ def _span_scores(base, lo, V, mode, t, L, ci, key, skip, thr, BLOCK: tl.constexp
         if skip >= 0:
             x = tl.where(offs == skip, float("-inf"), x)
         score = tl.full((BLOCK,), float("-inf"), tl.float32)
-        if tl.max(x, axis=0) > float("-inf"):
-            h = murmur3_finish(key, offs)
-            go = True
-            if thr > float("-inf"):
-                go = tl.max(x + gumbel_upper_bound(h), axis=0) >= thr
-            if go:
-                score = noised_score(x, h, valid)
+        h = murmur3_finish(key, offs)
+        reach = tl.max(x + gumbel_upper_bound(h), axis=0)  # -inf when nothing is kept (the bound is finite)
+        if (reach > float("-inf")) & (reach >= thr):  # one reduction: anything kept, and the floor reached
+            score = noised_score(x, h, valid)
     return x, score
-
-
-@triton.jit
-def _span_best(x, score, lo, cv, ci, BLOCK: tl.constexpr):
-    """(best score, its index, largest value, lanes holding it) over the lanes of a span above the bound
-    ``(cv, ci)``: the first index of the largest score ((-inf, 0, -inf, 0) when none is above it)."""
-    offs = lo + tl.arange(0, BLOCK)
-    keep = keep_mask(x, offs, cv, ci)
-    best, arg = tl.max(tl.where(keep, score, float("-inf")), axis=0, return_indices=True)
-    top = tl.max(tl.where(keep, x, float("-inf")), axis=0)
-    held = tl.sum(tl.where(keep & (x == top), 1, 0), axis=0)
-    return best, tl.where(best > float("-inf"), lo + arg, 0), top, tl.where(top > float("-inf"), held, 0)
 
 
 @triton.jit
 def _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, base, first,
                 BLOCK: tl.constexpr):
-    """Store span ``s``'s partials at ``base + s``: its best (score, index) above the bound ``(cv, ci)`` and, in the
-    first round, its largest processed value and the lanes holding it."""
-    best, idx, top, held = _span_best(x, score, s * BLOCK, cv, ci, BLOCK)
+    """Store span ``s``'s partials at ``base + s``: over its lanes above the bound ``(cv, ci)``, the best score and
+    the first index holding it ((-inf, 0) when none is above it) and, in the first round only (two reductions
+    fewer in the others), the largest processed value and the lanes holding it (-inf, 0)."""
+    offs = s * BLOCK + tl.arange(0, BLOCK)
+    keep = keep_mask(x, offs, cv, ci)
+    best, arg = tl.max(tl.where(keep, score, float("-inf")), axis=0, return_indices=True)
     tl.store(part_max_ptr + base + s, best)
-    tl.store(part_arg_ptr + base + s, idx)
+    tl.store(part_arg_ptr + base + s, tl.where(best > float("-inf"), s * BLOCK + arg, 0))
     if first != 0:
+        top = tl.max(tl.where(keep, x, float("-inf")), axis=0)
+        held = tl.sum(tl.where(keep & (x == top), 1, 0), axis=0)
         tl.store(part_top_ptr + base + s, top)
-        tl.store(part_held_ptr + base + s, held)
+        tl.store(part_held_ptr + base + s, tl.where(top > float("-inf"), held, 0))
 
 
 @triton.jit
@@ -157,15 +153,18 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
     ``first`` 1: the first round also reduces the row's largest value ``M`` (else ``M`` is given); ``floors``
     (``FLOOR``; not with ``ONE_SPAN``, whose scores are kept from one unpruned draw): the row's partials of an
     earlier draw, so each draw scores only the spans where a lane may reach the best of them still drawn
-    (:func:`floor_of`); its best is exact when it reaches that floor, and the draw is made again unpruned when it
-    does not (a floor that was not one: never a wrong token); ``b``: the barrier counter and the partials' slot
+    (:func:`floor_of`, computed after the program's first span is loaded: its loads in flight with the span's); its
+    best is exact when it reaches that floor, and the draw is made again unpruned when it does not (a floor that was
+    not one: never a wrong token); ``b``: the barrier counter and the partials' slot
     (``b x DRAW_SPLITS`` / ``b x CHECK_SPLITS``); ``arrivals``: the count the next barrier waits for."""
     tl.static_assert(not (ONE_SPAN and FLOOR), "a floor prunes each draw; ONE_SPAN keeps one unpruned draw's scores")
     thr = tl.full((), float("-inf"), tl.float32)
+    refloor = tl.zeros((), tl.int32)  # FLOOR: the next draw's floor is still to compute
     if FLOOR:
-        thr = floor_of(floors, base, t, cv0, ci0, skip, CHUNK)
+        refloor += 1
     if ONE_SPAN:  # scored once: later rounds are masked maxima of these scores
-        x1, score1 = _span_scores(base, q * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, thr, DRAW_BLOCK)
+        x1, score1 = _span_scores(_span_raw(base, q * DRAW_BLOCK, V, DRAW_BLOCK), q * DRAW_BLOCK, V, mode, t, cv0,
+                                  ci0, key, skip, thr, DRAW_BLOCK)
     cv = cv0
     ci = ci0
     token = tl.zeros((), tl.int32)
@@ -178,7 +177,12 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
                         b * DRAW_SPLITS, first, DRAW_BLOCK)
         else:
             for s in range(q, DRAW_SPLITS, P):
-                x, score = _span_scores(base, s * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, thr, DRAW_BLOCK)
+                raw = _span_raw(base, s * DRAW_BLOCK, V, DRAW_BLOCK)
+                if FLOOR:
+                    if refloor != 0:  # (the first span) the floor's loads in flight with the span's
+                        thr = floor_of(floors, base, t, cv, ci, skip, CHUNK)
+                        refloor = 0
+                x, score = _span_scores(raw, s * DRAW_BLOCK, V, mode, t, cv0, ci0, key, skip, thr, DRAW_BLOCK)
                 _store_span(x, score, s, cv, ci, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr,
                             b * DRAW_SPLITS, first, DRAW_BLOCK)
         row_barrier(sync_ptr, b, arrivals)
@@ -214,8 +218,8 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
                                 p).to(tl.int32)
                 cv = xc
                 ci = token + 1
-                if FLOOR:  # a miss: the next draw floored anew under its bound
-                    thr = floor_of(floors, base, t, xc, token + 1, skip, CHUNK)
+                if FLOOR:  # a miss: the next draw floored anew under its bound (with its first span's load)
+                    refloor = 1
     return token, arrivals
 
 
