@@ -355,7 +355,7 @@ def _draw_span(r, s, logits_ptr, l_stride, draft_ptr, d_stride, mode_ptr, row_pt
                 tl.store(top_ptr + r, top)
                 row = tl.load(row_ptr + r)
                 tl.store(top_ptr + tl.num_programs(0) + r, held_once(  # top[1]: grid (R, SPLITS), never LIST
-                    top, n_spans, first, mode != MODE_GREEDY, token, logits_ptr + row.to(tl.int64) * l_stride,
+                    top, n_spans, first, mode != MODE_GREEDY, logits_ptr + row.to(tl.int64) * l_stride,
                     tl.load(temp_div_ptr + row), tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row), span, V,
                     BLOCK, TILES))
             else:
@@ -381,9 +381,8 @@ class DrawScratch:
     the per-row arrival counters [R] int32 (zero between launches: the last program resets them) and
     published bests ``row_best`` [R] int32 (``float_key``; NO_BEST between launches, reset likewise).
     ``track_top``: the launch also writes each row's largest processed value to ``top[0]`` ([2, R] float32;
-    partials ``part_top`` [R, splits]) and 1.0 to ``top[1]`` where one lane of a TARGET or RESIDUAL row holds it and
-    the drawn token lies in that lane's span (``partials.held_once``); sample-and-check's first draw does (its
-    checks sum exp(x - top)).
+    partials ``part_top`` [R, splits]) and 1.0 to ``top[1]`` where one lane of a TARGET or RESIDUAL row holds it
+    (``partials.held_once``); sample-and-check's first draw does (its checks sum exp(x - top)).
     ``block`` / ``warps`` / ``share`` / ``maxnreg``: the launch's tile, warps per program, whether its programs
     share the row best, and its register cap a thread (:func:`draw_shape`); ``prune``: whether tiles are bounded
     before they are scored (not when every program has one tile and shares nothing: its threshold is -inf at its

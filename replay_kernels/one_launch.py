@@ -143,14 +143,16 @@ def _held_once(top_ptr, held_ptr, base, NB, M, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, first, floors, q, P, b, arrivals,
+def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, first, held, floors, q, P, b, arrivals,
                sync_ptr, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr, pcnt_ptr,
                DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK: tl.constexpr, CHECK_SPAN: tl.constexpr,
                CHECK_BLOCK: tl.constexpr, CHUNK: tl.constexpr, ONE_SPAN: tl.constexpr, FLOOR: tl.constexpr):
     """Steps 1-3 of the module docstring for one row, by program ``q`` of its ``P``, until its token is kept:
     returns (token, arrivals). ``L``: the prepared bound's value (min-p only on a check row: the sums keep
     x >= L); ``(cv0, ci0)``: the row's bound on entry (the prepared one, or after a miss ``(x_c, c + 1)``);
-    ``first`` 1: the first round also reduces the row's largest value ``M`` (else ``M`` is given); ``floors``
+    ``first`` 1: the first round also reduces the row's largest value ``M`` (else ``M`` is given); ``held`` 1 (with
+    ``M`` given): one lane of the row holds ``M`` (the first draw's ``top[1]``, and a left-out draft below ``M``), so
+    a draw whose value is ``M`` is that lane, the top of the order, kept without its check; ``floors``
     (``FLOOR``; not with ``ONE_SPAN``, whose scores are kept from one unpruned draw): the row's partials of an
     earlier draw, so each draw scores only the spans where a lane may reach the best of them still drawn
     (:func:`floor_of`, computed after the program's first span is loaded: its loads in flight with the span's); its
@@ -204,6 +206,8 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
                 if (xc == M) & (kk > 0):
                     done = _held_once(part_top_ptr, part_held_ptr, b * DRAW_SPLITS, DRAW_SPLITS, M,
                                       CHUNK).to(tl.int32)
+            elif (held != 0) & (xc == M) & (kk > 0):  # the one lane at the given M: the same rule, counted before
+                done = 1
             if done == 0:
                 for s in range(q, CHECK_SPLITS, P):
                     s_all, s_low, cnt = _span_check(base, s * CHECK_SPAN,
@@ -266,7 +270,7 @@ def _one_launch_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, temp_ptr, cut_va
                               murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)),
                               tl.full((), -1, tl.int32), tl.load(topk_ptr + row), tl.load(topp_ptr + row), checked,
                               tl.full((), float("-inf"), tl.float32), tl.full((), 1, tl.int32),
-                              (part_max_ptr, part_arg_ptr, 0, 0), q, P, r, P,
+                              tl.zeros((), tl.int32), (part_max_ptr, part_arg_ptr, 0, 0), q, P, r, P,
                               sync_ptr, part_max_ptr, part_arg_ptr, part_top_ptr, part_held_ptr, pall_ptr, plow_ptr,
                               pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN, CHECK_BLOCK, CHUNK,
                               ONE_SPAN, False)

@@ -7,8 +7,9 @@ every request it leaves open (its list 0) and :func:`_open_rows_kernel` settles 
 (S, P), slot s taking entries s, s + S, ... one after another, its P programs drawing and checking each with
 the one launch's loop (``one_launch.settle_row``: same spans, partial sums and verdicts as the check kernel),
 behind a barrier counter a slot. Each redraw is floored by the first draw's partials (``one_launch.floor_of``):
-only spans where a lane may reach the best partial still drawn pay the noise's logs. Same tokens as the rounds
-and the finish loop (tests/test_one_launch.py).
+only spans where a lane may reach the best partial still drawn pay the noise's logs; a redraw at the row's
+largest value that one lane holds (the first draw's ``top[1]``) is that lane, kept without its check. Same tokens
+as the rounds and the finish loop (tests/test_one_launch.py).
 
 All S x P programs must be resident at once (they wait for each other): :func:`slots` launches as many slots as
 the device holds (``one_launch.resident_programs``), and the launch is cooperative, so a grid the driver cannot
@@ -31,6 +32,7 @@ from .launches import compiled_kernel, launch, pdl_wait
 from .one_launch import OneLaunchScratch, interpreting, settle_row
 from .partials import last_to_arrive
 from .rng import murmur3_row_key
+from .sample_check import _candidate
 
 OPEN_ROW_SLOTS = 16  # slots allocated for the open-row launch, at most (it launches as many as are resident)
 # The open-row launch's shape by how many requests the first check is expected to leave open (the sum of the
@@ -45,7 +47,7 @@ OPEN_ROW_SHAPES = ((3.0, 122, 168), (8.0, 61, 128))
 
 @triton.jit
 def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, temp_ptr, lbound_ptr,
-                      cut_val_ptr, cut_idx_ptr, topk_ptr, topp_ptr, seed_ptr, pos_ptr, top_ptr, tokens_ptr,
+                      cut_val_ptr, cut_idx_ptr, topk_ptr, topp_ptr, seed_ptr, pos_ptr, top_ptr, top_rows, tokens_ptr,
                       tok_stride, list_ptr, len_ptr, first_max_ptr, first_arg_ptr, FIRST_SPLITS, part_max_ptr,
                       part_arg_ptr, pall_ptr, plow_ptr, pcnt_ptr, sync_ptr, exits_ptr, V, DRAW_SPLITS, CHECK_SPLITS,
                       DRAW_BLOCK: tl.constexpr, CHECK_SPAN: tl.constexpr, CHECK_BLOCK: tl.constexpr,
@@ -53,8 +55,9 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
     """Grid (S, P): the requests a first check left open (``list[:len]``, sample_check's list 0), settled in
     one launch. Slot s takes entries ``s, s + S, ...`` one after the other, its P programs drawing and checking
     each (``one_launch.settle_row``) from the bound the check left (``cut_val / cut_idx``: ``(x_c, c + 1)``)
-    and the row's largest value ``top[r]``; a RESIDUAL request leaves its rejected draft ``dtok[r]`` out, as
-    the finish loop does. Each redraw is pruned below the best first-draw partial still drawn
+    and the row's largest value ``top[r]`` (``top`` [2, top_rows]: the first draw's; ``top[1, r]`` 1 where one
+    lane holds it: a redraw at that value is kept without its check); a RESIDUAL request leaves its rejected draft
+    ``dtok[r]`` out, as the finish loop does. Each redraw is pruned below the best first-draw partial still drawn
     (``one_launch.floor_of`` of ``first_max / first_arg`` [R, FIRST_SPLITS]). Program 0 of the slot writes the token to
     ``tokens[r, slot[r]]`` and sets ``mode[r]`` to NONE. The last program of a slot resets its barrier counter,
     the last of all the list's length (``exits[S]``)."""
@@ -68,16 +71,20 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
         r = tl.load(list_ptr + j)
         mode = tl.load(mode_ptr + r)
         row = tl.load(row_ptr + r)
-        skip = tl.full((), -1, tl.int32)
-        if mode == MODE_RESIDUAL:
-            skip = tl.load(dtok_ptr + r)
         base = logits_ptr + row.to(tl.int64) * l_stride
+        t = tl.load(temp_ptr + row)
+        M = tl.load(top_ptr + r)
+        held = tl.load(top_ptr + top_rows + r) != 0.0
+        skip = tl.full((), -1, tl.int32)
+        if mode == MODE_RESIDUAL:  # the draft, left out of M, must be below it too (the first check's rule)
+            skip = tl.load(dtok_ptr + r)
+            held = held & (_candidate(base, skip, t) < M)
         # first = 0, M given: the top / held partials are never stored, so part_max / part_arg stand in for them
-        token, arrivals = settle_row(base, V, mode, tl.load(temp_ptr + row), tl.load(lbound_ptr + row),
+        token, arrivals = settle_row(base, V, mode, t, tl.load(lbound_ptr + row),
                                      tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row),
                                      murmur3_row_key(tl.load(seed_ptr + r), tl.load(pos_ptr + row)), skip,
                                      tl.load(topk_ptr + row), tl.load(topp_ptr + row), mode != MODE_NONE,
-                                     tl.load(top_ptr + r), tl.zeros((), tl.int32),
+                                     M, tl.zeros((), tl.int32), held.to(tl.int32),
                                      (first_max_ptr, first_arg_ptr, r * FIRST_SPLITS, FIRST_SPLITS), q, P, s,
                                      arrivals, sync_ptr, part_max_ptr, part_arg_ptr, part_max_ptr, part_arg_ptr,
                                      pall_ptr, plow_ptr, pcnt_ptr, DRAW_SPLITS, CHECK_SPLITS, DRAW_BLOCK, CHECK_SPAN,
@@ -117,14 +124,16 @@ def launcher(s: OneLaunchScratch, cs, first, logits, row, slot, dtok, params, se
     """A callable that launches :func:`_open_rows_kernel` over the requests sample-and-check's first check left
     open (``cs``: its CheckScratch; the check appends them to list 0), or None when not one slot of P programs
     is resident at once (then the launched rounds run). ``first``: the first draw's DrawScratch (its partials
-    floor the redraws; ``top[0]``: each row's largest processed value); ``row`` / ``slot`` / ``dtok`` [R] int32:
-    each request's draw row, token slot and rejected draft; ``tokens`` [R, W] int64. The grid is (S, P) with S
+    floor the redraws; ``top[0]``: each row's largest processed value, ``top[1]``: whether one lane holds it);
+    ``row`` / ``slot`` / ``dtok`` [R] int32: each request's draw row, token slot and rejected draft; ``tokens``
+    [R, W] int64. The grid is (S, P) with S
     the most slots, up to the allocated ones, whose programs are all resident (cooperative: a grid the driver
     cannot hold at once is refused, not hung)."""
     args = (logits, logits.stride(0), cs.mode, row, slot, dtok, params.temp_div, params.cut_val, cs.cut_val,
-            cs.cut_idx, params.top_k, params.top_p, seed, positions, first.top, tokens, tokens.stride(0),
-            cs.open_rows[0], cs.open_len[0:1], first.part_max, first.part_arg, first.splits, s.part_max, s.part_arg,
-            s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1], s.draw_splits, s.check_splits)
+            cs.cut_idx, params.top_k, params.top_p, seed, positions, first.top, first.top.shape[-1], tokens,
+            tokens.stride(0), cs.open_rows[0], cs.open_len[0:1], first.part_max, first.part_arg, first.splits,
+            s.part_max, s.part_arg, s.pall, s.plow, s.pcnt, s.sync, s.exits, logits.shape[1], s.draw_splits,
+            s.check_splits)
     options = one_launch.launch_options(s)
     grid = (slots(s, args, options, logits.device), s.programs)
     if grid[0] == 0:

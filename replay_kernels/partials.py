@@ -92,20 +92,19 @@ def last_to_arrive(arrivals_ptr, r, SPLITS):
 
 
 @triton.jit
-def held_once(top, n_spans, first, target, token, row_base, t, cv, ci, span, V, BLOCK: tl.constexpr,
-              TILES: tl.constexpr):
+def held_once(top, n_spans, first, target, row_base, t, cv, ci, span, V, BLOCK: tl.constexpr, TILES: tl.constexpr):
     """1.0 when exactly one lane of a ``target`` row (TARGET or RESIDUAL) holds its largest processed value ``top``
-    (> -inf) and the drawn ``token`` lies in that lane's span, else 0.0 (a token elsewhere is below ``top``, so the
-    check, which keeps a token unread only if it equals ``top``, cannot use the flag). ``n_spans`` / ``first``: how
-    many of the row's spans (of ``span`` lanes) have ``top`` as their maximum and the first that does
-    (:func:`block_argmax_top`); a span's maximum is at least its largest processed value and at most ``top`` (a
-    chunk whose largest value the filter drops reports its bound: such a span counts like one holding ``top``, so a
-    flag can be missed, never set wrongly). With exactly one such span, its lanes are read again, ``TILES`` tiles
-    of ``BLOCK`` at a time (processed with ``t``, ``cv``, ``ci``), and counted (a one-hot residual's rejected draft,
-    left out of ``top``, counts if it equals it). Sample-and-check's first check keeps a drawn token that is that
-    lane without reading the row (``sample_check._check_span``)."""
+    (> -inf), else 0.0. ``n_spans`` / ``first``: how many of the row's spans (of ``span`` lanes) have ``top`` as
+    their maximum and the first that does (:func:`block_argmax_top`); a span's maximum is at least its largest
+    processed value and at most ``top`` (a chunk whose largest value the filter drops reports its bound: such a span
+    counts like one holding ``top``, so a flag can be missed, never set wrongly). With exactly one such span, its
+    lanes are read again, ``TILES`` tiles of ``BLOCK`` at a time (processed with ``t``, ``cv``, ``ci``), and counted
+    (a one-hot residual's rejected draft, left out of ``top``, counts if it equals it). A drawn token whose value is
+    ``top`` is then that lane, the top of the (value, index) order, which every top-p and top-k > 0 keeps:
+    sample-and-check's first check (``sample_check._check_span``) and the open-row launch's redraws
+    (``one_launch.settle_row``) keep it without reading the row."""
     lanes_at_top = tl.zeros((), tl.int32)
-    if (n_spans == 1) & (top > float("-inf")) & target & (token // span == first):
+    if (n_spans == 1) & (top > float("-inf")) & target:
         hi = tl.minimum(first * span + span, V)
         for start in range(first * span, hi, TILES * BLOCK):
             lanes = start + tl.arange(0, TILES)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]

@@ -234,6 +234,64 @@ def test_open_rows_of_a_verify_leave_the_rejected_draft_out(monkeypatch):
                                 stats_block=64, draw_block=64, stats_span=128, filter_span=128)
 
 
+def test_open_rows_keep_a_redraw_held_once_at_the_top_without_its_check(monkeypatch):
+    """Rows of one peak (8.0), one runner-up (7.0) and the rest at -30, top-p 0.5: the set is the peak alone, a
+    first draw of the runner-up (about one row in four) misses, and the redraw above it can only be the peak, the
+    one lane at the row's top (the first draw's ``top[1]``): kept without its check, so the open-row launch's
+    check partials stay unwritten (NaN), with the rounds' and the reference's tokens. Mutation-checked: never
+    keeping a redraw without its check fails it."""
+    from replay_harness.oracle.rng import gumbel_row
+
+    vocab, requests, opened = 500, 12, 0
+    for seed in (3, 4):
+        step = _low_top_p_step(seed, vocab, requests)
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.full((requests, vocab), -30.0)
+        lanes = torch.stack([torch.randperm(vocab, generator=g)[:2] for _ in range(requests)])
+        logits[torch.arange(requests), lanes[:, 0]] = 8.0
+        logits[torch.arange(requests), lanes[:, 1]] = 7.0
+        step.logits, step.top_p = logits, torch.full((requests,), 0.5)
+        step.top_k = torch.zeros(requests, dtype=torch.int32)
+        for r in range(requests):
+            first = int(torch.argmax(logits[r] + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)))
+            opened += first == int(lanes[r, 1])
+        impl = GumbelMaxSampler(open_rows=True, one_launch=False, block=64, filter_span=128)
+        state = impl.prepare(step.to(DEVICE))
+        state.open.pall.fill_(float("nan"))
+        tokens = impl.launch(state)[0].cpu()
+        assert torch.isnan(state.open.pall).all(), seed
+        assert tokens[:, 0].tolist() == lanes[:, 0].tolist()
+        _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, DEVICE, one_launch=False, block=64,
+                                    filter_span=128)
+    assert opened >= 2  # rows the open-row launch settled happened
+
+
+def test_open_rows_check_a_redraw_at_a_top_two_lanes_hold(monkeypatch):
+    """Rows whose top (8.0) two lanes hold, a runner-up at 7.0, the rest at -30, top-p 0.3: only the higher id of the
+    pair is kept. A first draw of the runner-up misses and the redraw above it is either lane of the pair, at the
+    row's top but not its one lane (``top[1]`` is 0): the lower id must be checked and rejected, then drawn again.
+    Mutation-checked: keeping a redraw at the top whatever the flag fails it."""
+    from replay_harness.oracle.rng import gumbel_row
+
+    vocab, requests, lower_redrawn = 400, 12, 0
+    for seed in (5, 6, 7):
+        step = _low_top_p_step(seed, vocab, requests)
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.full((requests, vocab), -30.0)
+        lanes = torch.stack([torch.randperm(vocab, generator=g)[:3] for _ in range(requests)])
+        pair = lanes[:, :2].sort(dim=1).values
+        for r in range(requests):
+            logits[r, pair[r]] = 8.0
+            logits[r, lanes[r, 2]] = 7.0
+            noised = logits[r] + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)
+            lower_redrawn += int(torch.argmax(noised)) == int(lanes[r, 2]) and noised[pair[r, 0]] >= noised[pair[r, 1]]
+        step.logits, step.top_p = logits, torch.full((requests,), 0.3)
+        step.top_k = torch.zeros(requests, dtype=torch.int32)
+        _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, DEVICE, one_launch=False, block=64,
+                                    filter_span=128)
+    assert lower_redrawn >= 1  # the case the flag must not skip happened
+
+
 def _floored_too_high(monkeypatch):
     """Every open row's redraw floored at 1e30: the first draw's partials replaced by one a row, its last token
     of the largest value (always drawn again) said to score that. No lane reaches the floor."""
