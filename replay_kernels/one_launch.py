@@ -13,7 +13,8 @@ row's peak held once (about 13.0 when the check runs), top-k 50 R = 1 17.8 -> 8.
 2. reduces the partials (every program, the same order): the drawn token ``c`` (largest score, first
    index) and, in the first round, the row's largest processed value ``M``; a row without a check is done,
    and so is a first draw that is the only lane holding ``M`` (any top-p keeps the top of the order, any
-   top-k > 0 its largest value: the first check kernel's rule, ``draw.held_once``, here from exact counts);
+   top-k > 0 its largest value: the first check kernel's rule, ``draw.held_once``, here from exact counts; in
+   the open-row launch, any redraw at the given ``M`` that the first draw found one lane holding);
 3. a check row: sums the check spans ``q, q + P, ...`` of ``CHECK_SPAN`` lanes (``sample_check._span_check``,
    at the same span, tile and warps as the split check kernel, so the same partial sums), waits for the row,
    and adds them as the check kernel does (``sample_check._verdict``): kept -> done, else the bound becomes
