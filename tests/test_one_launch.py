@@ -234,6 +234,20 @@ def test_open_rows_of_a_verify_leave_the_rejected_draft_out(monkeypatch):
                                 stats_block=64, draw_block=64, stats_span=128, filter_span=128)
 
 
+def _lanes_at_values_step(seed: int, vocab: int, requests: int, values: tuple, top_p: float):
+    """Rows at -30 but for ``len(values)`` random lanes a row, lane i at ``values[i]``, every request at ``top_p``
+    (no top-k): (step, lanes [requests, len(values)])."""
+    step = _low_top_p_step(seed, vocab, requests)
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.full((requests, vocab), -30.0)
+    lanes = torch.stack([torch.randperm(vocab, generator=g)[:len(values)] for _ in range(requests)])
+    for i, value in enumerate(values):
+        logits[torch.arange(requests), lanes[:, i]] = value
+    step.logits, step.top_p = logits, torch.full((requests,), top_p)
+    step.top_k = torch.zeros(requests, dtype=torch.int32)
+    return step, lanes
+
+
 def test_open_rows_keep_a_redraw_held_once_at_the_top_without_its_check(monkeypatch):
     """Rows of one peak (8.0), one runner-up (7.0) and the rest at -30, top-p 0.5: the set is the peak alone, a
     first draw of the runner-up (about one row in four) misses, and the redraw above it can only be the peak, the
@@ -244,17 +258,10 @@ def test_open_rows_keep_a_redraw_held_once_at_the_top_without_its_check(monkeypa
 
     vocab, requests, opened = 500, 12, 0
     for seed in (3, 4):
-        step = _low_top_p_step(seed, vocab, requests)
-        g = torch.Generator().manual_seed(seed)
-        logits = torch.full((requests, vocab), -30.0)
-        lanes = torch.stack([torch.randperm(vocab, generator=g)[:2] for _ in range(requests)])
-        logits[torch.arange(requests), lanes[:, 0]] = 8.0
-        logits[torch.arange(requests), lanes[:, 1]] = 7.0
-        step.logits, step.top_p = logits, torch.full((requests,), 0.5)
-        step.top_k = torch.zeros(requests, dtype=torch.int32)
+        step, lanes = _lanes_at_values_step(seed, vocab, requests, (8.0, 7.0), 0.5)
         for r in range(requests):
-            first = int(torch.argmax(logits[r] + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)))
-            opened += first == int(lanes[r, 1])
+            noise = gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)
+            opened += int(torch.argmax(step.logits[r] + noise)) == int(lanes[r, 1])
         impl = GumbelMaxSampler(open_rows=True, one_launch=False, block=64, filter_span=128)
         state = impl.prepare(step.to(DEVICE))
         state.open.pall.fill_(float("nan"))
@@ -275,18 +282,11 @@ def test_open_rows_check_a_redraw_at_a_top_two_lanes_hold(monkeypatch):
 
     vocab, requests, lower_redrawn = 400, 12, 0
     for seed in (5, 6, 7):
-        step = _low_top_p_step(seed, vocab, requests)
-        g = torch.Generator().manual_seed(seed)
-        logits = torch.full((requests, vocab), -30.0)
-        lanes = torch.stack([torch.randperm(vocab, generator=g)[:3] for _ in range(requests)])
+        step, lanes = _lanes_at_values_step(seed, vocab, requests, (8.0, 8.0, 7.0), 0.3)
         pair = lanes[:, :2].sort(dim=1).values
         for r in range(requests):
-            logits[r, pair[r]] = 8.0
-            logits[r, lanes[r, 2]] = 7.0
-            noised = logits[r] + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)
+            noised = step.logits[r] + gumbel_row(int(step.seed[r]), int(step.positions[r]), vocab)
             lower_redrawn += int(torch.argmax(noised)) == int(lanes[r, 2]) and noised[pair[r, 0]] >= noised[pair[r, 1]]
-        step.logits, step.top_p = logits, torch.full((requests,), 0.3)
-        step.top_k = torch.zeros(requests, dtype=torch.int32)
         _assert_open_rows_as_rounds(step, GumbelMaxSampler, monkeypatch, DEVICE, one_launch=False, block=64,
                                     filter_span=128)
     assert lower_redrawn >= 1  # the case the flag must not skip happened
