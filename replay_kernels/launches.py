@@ -41,23 +41,30 @@ _local = threading.local()  # .recording: the list being built in this thread, o
 # device of compute capability 9.0 or more (not under the interpreter). Its programs start while the kernel before
 # it drains and wait (``griddepcontrol.wait``, :func:`pdl_wait`) for it to finish before reading anything.
 PDL = True
+# The ``PDL`` constexpr's values, when the kernel lets the next one's programs start: EARLY, as soon as its own
+# programs have all passed their wait; LATE, as they exit. A recorded launch triggers early only when the launch
+# after it in the sequence waits for it (a PDL kernel), and never the sequence's last (what follows a sampler is
+# the caller's); a launch site may ask for LATE (docs/KERNELS.md "Programmatic dependent launch": measured).
+PDL_EARLY = 1
+PDL_LATE = 2
 
 
-def launch(kernel, grid: tuple, *args, **options) -> None:
-    """``kernel[grid](*args, **options)``: now, or recorded (compiled first) into this thread's sequence; with
-    ``launch_pdl`` where :data:`PDL` allows it for the kernel."""
-    options = _with_pdl(kernel, options)
+def launch(kernel, grid: tuple, *args, trigger: int | None = None, **options) -> None:
+    """``kernel[grid](*args, **options)``: now, or recorded into this thread's sequence (compiled when the
+    sequence ends, :func:`run_recorded`); with ``launch_pdl`` where :data:`PDL` allows it for the kernel.
+    ``trigger``: :data:`PDL_LATE` where measured faster; None: early when the next recorded launch waits for this
+    one, else late (an unrecorded launch: late)."""
     recording = getattr(_local, "recording", None)
     if recording is None:
-        kernel[grid](*args, **options)
+        _compiled_call(kernel, grid, args, options, PDL_LATE)()
     else:
-        recording.append(_compiled_call(kernel, grid, args, options))
+        recording.append((kernel, grid, args, options, trigger))
 
 
-def _with_pdl(kernel, options: dict) -> dict:
-    """``options`` with ``PDL`` and ``launch_pdl`` on where :data:`PDL` allows it for ``kernel``."""
+def _with_pdl(kernel, options: dict, trigger: int = PDL_EARLY) -> dict:
+    """``options`` with ``PDL`` (= ``trigger``) and ``launch_pdl`` on where :data:`PDL` allows it for ``kernel``."""
     if "PDL" in kernel.arg_names and PDL and _pdl_device():
-        return dict(options, PDL=True, launch_pdl=True)
+        return dict(options, PDL=trigger, launch_pdl=True)
     return options
 
 
@@ -71,26 +78,30 @@ def _pdl_device() -> bool:
 @triton.jit
 def pdl_wait(PDL: tl.constexpr):
     """In a kernel launched by :func:`launch`: under ``PDL``, wait until the kernel before it has finished (its
-    writes visible), then let the kernel after it start its programs. Call before any load or store."""
+    writes visible), then (``PDL_EARLY``) let the kernel after it start its programs. Call before any load or
+    store."""
     if PDL:
         gdc_wait()
-        gdc_launch_dependents()
+        if PDL == 1:  # PDL_EARLY (a kernel reads no module global); PDL_LATE: the programs' exits trigger
+            gdc_launch_dependents()
 
 
-def compiled_kernel(kernel: JITFunction, grid: tuple, args: tuple, options: dict):
+def compiled_kernel(kernel: JITFunction, grid: tuple, args: tuple, options: dict, trigger: int = PDL_EARLY):
     """The compiled kernel ``kernel[grid](*args, **options)`` launches (``JITFunction.warmup``: the same
     specialization and cache), or None when warmup gives none (a jit_cache_hook, or a tool that intercepts run)."""
-    compiled = kernel.warmup(*args, grid=grid, **_with_pdl(kernel, options))
+    compiled = kernel.warmup(*args, grid=grid, **_with_pdl(kernel, options, trigger))
     if hasattr(compiled, "result"):  # an asynchronous compile
         compiled = compiled.result()
     return compiled
 
 
-def _compiled_call(kernel, grid: tuple, args: tuple, options: dict) -> Callable[[], None]:
-    """A call that launches ``kernel[grid](*args, **options)`` through the compiled kernel's launcher."""
+def _compiled_call(kernel, grid: tuple, args: tuple, options: dict, trigger: int) -> Callable[[], None]:
+    """A call that launches ``kernel[grid](*args, **options)`` (PDL ``trigger`` where it applies) through the
+    compiled kernel's launcher."""
+    options = _with_pdl(kernel, options, trigger)
     if not isinstance(kernel, JITFunction):  # the interpreter's kernels
         return partial(kernel[grid], *args, **options)
-    compiled = compiled_kernel(kernel, grid, args, options)
+    compiled = compiled_kernel(kernel, grid, args, options, trigger)
     if compiled is None:  # no compiled kernel to keep
         return partial(kernel[grid], *args, **options)
     params = kernel.signature.parameters
@@ -102,14 +113,22 @@ def _compiled_call(kernel, grid: tuple, args: tuple, options: dict) -> Callable[
 def run_recorded(state: Any, build: Callable[[], None]) -> None:
     """Run ``state.launches``, first recording it with ``build()`` (the launches it makes, none run) if None."""
     if state.launches is None:
-        _local.recording = calls = []
+        _local.recording = specs = []
         try:
             build()
         finally:
             _local.recording = None
-        state.launches = calls
+        state.launches = _calls(specs)
     for call in state.launches:
         call()
+
+
+def _calls(specs: list[tuple]) -> list[Callable[[], None]]:
+    """The recorded launches ``(kernel, grid, args, options, trigger)`` as calls; a launch's PDL trigger is early
+    where the next launch waits for it (:data:`PDL_EARLY`: the next is a PDL kernel), else late."""
+    waits = [_with_pdl(kernel, {}).get("launch_pdl", False) for kernel, *_ in specs[1:]] + [False]
+    return [_compiled_call(kernel, grid, args, options, trigger or (PDL_EARLY if then else PDL_LATE))
+            for (kernel, grid, args, options, trigger), then in zip(specs, waits)]
 
 
 def run_cooperative(state: Any, build: Callable[[], None], fields: tuple[str, ...]) -> None:

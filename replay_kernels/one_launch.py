@@ -54,9 +54,9 @@ from .interpret import interpreting
 from .launches import compiled_kernel, launch, pdl_wait
 from .bound_rules import keep_mask
 from .params import process_loaded
-from .partials import block_argmax, block_max, last_to_arrive
+from .partials import block_argmax, block_max, last_to_arrive, token_value
 from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
-from .sample_check import CHECK_BLOCK, CHECK_WARPS, _candidate, _span_check, _verdict
+from .sample_check import CHECK_BLOCK, CHECK_WARPS, _span_check, _verdict
 
 ONE_LAUNCH_BELOW = 4  # requests; at R = 4 its 488 programs do not fit an H200 (396) anyway
 DRAW_BLOCK = 2048     # lanes of a draw span: one tile a program, like the plain draw below 8 rows (draw.DRAW_SHAPES)
@@ -198,7 +198,7 @@ def settle_row(base, V, mode, t, L, cv0, ci0, key, skip, kk, p, checked, M, firs
             row_barrier(sync_ptr, b, arrivals)  # every program has read the partials the next draw overwrites
             arrivals += P
         elif checked:
-            xc = _candidate(base, token, t)
+            xc = token_value(base, token, t)
             done = 0
             if first != 0:  # the row's largest processed value under the prepared bound; a first draw that
                 # is its only lane is kept by any top-p and any top-k > 0 (the first check kernel's rule)

@@ -28,11 +28,10 @@ import triton.language as tl
 
 from . import one_launch
 from .draw import MODE_NONE, MODE_RESIDUAL
-from .launches import compiled_kernel, launch, pdl_wait
+from .launches import PDL_LATE, compiled_kernel, launch, pdl_wait
 from .one_launch import OneLaunchScratch, interpreting, settle_row
-from .partials import last_to_arrive
+from .partials import held_top, last_to_arrive
 from .rng import murmur3_row_key
-from .sample_check import _candidate
 
 OPEN_ROW_SLOTS = 16  # slots allocated for the open-row launch, at most (it launches as many as are resident)
 # The open-row launch's shape by how many requests the first check is expected to leave open (the sum of the
@@ -74,11 +73,10 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
         base = logits_ptr + row.to(tl.int64) * l_stride
         t = tl.load(temp_ptr + row)
         M = tl.load(top_ptr + r)
-        held = tl.load(top_ptr + top_rows + r) != 0.0
+        held = held_top(top_ptr, top_rows, r, mode == MODE_RESIDUAL, base, dtok_ptr, t, M)
         skip = tl.full((), -1, tl.int32)
-        if mode == MODE_RESIDUAL:  # the draft, left out of M, must be below it too (the first check's rule)
+        if mode == MODE_RESIDUAL:  # the redraw leaves the rejected draft out
             skip = tl.load(dtok_ptr + r)
-            held = held & (_candidate(base, skip, t) < M)
         # first = 0, M given: the top / held partials are never stored, so part_max / part_arg stand in for them
         token, arrivals = settle_row(base, V, mode, t, tl.load(lbound_ptr + row),
                                      tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row),
@@ -138,7 +136,7 @@ def launcher(s: OneLaunchScratch, cs, first, logits, row, slot, dtok, params, se
     grid = (slots(s, args, options, logits.device), s.programs)
     if grid[0] == 0:
         return None
-    return lambda: launch(_open_rows_kernel, grid, *args, **options)
+    return lambda: launch(_open_rows_kernel, grid, *args, trigger=PDL_LATE, **options)  # measured: KERNELS.md PDL
 
 
 def slots(s: OneLaunchScratch, args: tuple, options: dict, device) -> int:
@@ -150,5 +148,5 @@ def slots(s: OneLaunchScratch, args: tuple, options: dict, device) -> int:
         return allocated
     if interpreting() or device.type != "cuda":
         return 0
-    compiled = compiled_kernel(_open_rows_kernel, (allocated, s.programs), args, options)
+    compiled = compiled_kernel(_open_rows_kernel, (allocated, s.programs), args, options, PDL_LATE)
     return min(allocated, one_launch.resident_programs(compiled, device) // s.programs)

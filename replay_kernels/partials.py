@@ -4,7 +4,8 @@ A split-row kernel has each of a row's ``SPLITS`` programs store its partial (a 
 a sum), then :func:`last_to_arrive` elects the last of them, which reduces the row's partials in span order:
 no reduce kernel, no launch-wide barrier. Every (score, index) merge of the draw and the verify (tiles, listed
 tokens, programs) takes the order of ``rng.better``: a larger score, or an equal score at a smaller index,
-which is the first argmax whatever the order the candidates arrive in.
+which is the first argmax whatever the order the candidates arrive in. :func:`held_once` (the first draw's last
+program) and :func:`held_top` (the checks) write and read whether one lane holds a row's largest value.
 """
 from __future__ import annotations
 
@@ -111,3 +112,26 @@ def held_once(top, n_spans, first, target, row_base, t, cv, ci, span, V, BLOCK: 
             x = process_loaded(tl.load(row_base + lanes, mask=lanes < hi, other=float("-inf")), lanes, t, cv, ci)
             lanes_at_top += tl.sum(tl.sum((x == top).to(tl.int32), axis=1), axis=0)
     return (lanes_at_top == 1).to(tl.float32)
+
+
+@triton.jit
+def held_top(top_ptr, top_rows, r, residual, base, dtok_ptr, t, M):
+    """Whether a draw at row ``r``'s largest value ``M`` is the one lane there (``top[1, r]`` of ``top`` [2,
+    top_rows], from :func:`held_once`): the check would count no larger value and its two sums would add the same
+    terms (every lane at or below the token), so ``low == S``, kept whatever top-p. A ``residual`` row's M leaves
+    its rejected draft (``dtok[r]``) out while the sums keep it in: the draft's processed value (min-p not applied:
+    a bound) must be below M too. Sample-and-check's first check and the open-row launch's redraws read it."""
+    held = tl.load(top_ptr + top_rows + r) != 0.0
+    if residual:
+        held = held & (token_value(base, tl.load(dtok_ptr + r), t) < M)
+    return held
+
+
+@triton.jit
+def token_value(base, c, t):
+    """The processed value of token ``c`` of the row at ``base`` (temperature ``t`` applied; NaN read as -inf; no
+    filter bound)."""
+    xc = tl.load(base + c).to(tl.float32)
+    if t != 1.0:
+        xc = tl.math.div_rn(xc, t)
+    return tl.where(xc != xc, float("-inf"), xc)

@@ -48,7 +48,7 @@ import triton.language as tl
 
 from .ex2 import exp_terms
 from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch
-from .partials import last_to_arrive
+from .partials import held_top, last_to_arrive, token_value
 from .filters import FILTER_SPAN
 from .launches import launch, pdl_wait
 from .params import load_processed
@@ -148,15 +148,6 @@ def _verdict(pall_ptr, plow_ptr, pcnt_ptr, base, SPLITS, xc, kk, p):
 
 
 @triton.jit
-def _candidate(base, c, t):
-    """The processed value of the drawn token ``c`` (temperature applied; NaN read as -inf)."""
-    xc = tl.load(base + c).to(tl.float32)
-    if t != 1.0:
-        xc = tl.math.div_rn(xc, t)
-    return tl.where(xc != xc, float("-inf"), xc)
-
-
-@triton.jit
 def _check_kernel(logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr, check_ptr, temp_ptr, lbound_ptr,
                   topk_ptr, topp_ptr, cut_val_in, cut_idx_in, cut_val_out, cut_idx_out, tokens_ptr, tok_stride,
                   top_ptr, dtok_ptr, kept_ptr, pall_ptr, plow_ptr, pcnt_ptr, arrivals_ptr, list_in, len_in, list_out,
@@ -195,13 +186,10 @@ def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr
     row's mode and bound to the ``*_out`` arrays (the first check copies the ``*_in`` ones; in a later check they
     are the same arrays).
 
-    ``FIRST``: a drawn token that is the one lane at its row's largest value (``top[1]``, written by the first draw:
-    ``partials.held_once``) is kept without reading the row. That is the check's own verdict: it would count no
-    larger value, and its two sums would add the same terms (every lane is at or below the token), so ``low == S``:
-    the top of the order, kept whatever top-p. A RESIDUAL row's largest value leaves its rejected draft out, while
-    the sums keep it in: its token is kept so only when the draft's value is below it. A RESIDUAL row's token above
-    ``kept[r]`` (``verify_bounds.bounded_verdict``: the rejected draft was kept, or a level's mass says the kept set
-    reaches below it, within BOUND_TOL) is kept unread as well."""
+    ``FIRST``: a drawn token that is the one lane at its row's largest value (``partials.held_top``) is kept without
+    reading the row: that is the check's own verdict. A RESIDUAL row's token above ``kept[r]``
+    (``verify_bounds.bounded_verdict``: the rejected draft was kept, or a level's mass says the kept set reaches
+    below it, within BOUND_TOL) is kept unread as well."""
     mode = tl.load(mode_in + r)
     row = tl.load(row_ptr + r)
     open_row = ((mode == MODE_TARGET) | (mode == MODE_RESIDUAL)) & (tl.load(check_ptr + row) != 0)
@@ -210,14 +198,14 @@ def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr
         base = logits_ptr + row.to(tl.int64) * l_stride
         t = tl.load(temp_ptr + row)
         c = tl.load(token_ptr).to(tl.int32)
-        xc = _candidate(base, c, t)
+        xc = token_value(base, c, t)
         kk = tl.load(topk_ptr + row)
         p = tl.load(topp_ptr + row)
         M = tl.load(top_ptr + r)
         if FIRST:  # grid (R, SPLITS): top[1] at top_ptr + R
-            top_of_order = (tl.load(top_ptr + tl.num_programs(0) + r) != 0.0) & (xc == M) & (kk > 0)
-            if mode == MODE_RESIDUAL:  # the draft (left out of M) must be below it too (min-p not applied: a bound)
-                top_of_order = top_of_order & (_candidate(base, tl.load(dtok_ptr + r), t) < M)
+            top_of_order = held_top(top_ptr, tl.num_programs(0), r, mode == MODE_RESIDUAL, base, dtok_ptr, t, M)
+            top_of_order = top_of_order & (xc == M) & (kk > 0)
+            if mode == MODE_RESIDUAL:
                 top_of_order = top_of_order | (xc > tl.load(kept_ptr + r))  # above what the verify knows kept
             open_row = ~top_of_order
         if open_row:
@@ -233,7 +221,7 @@ def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr
         if open_row:
             base = logits_ptr + row.to(tl.int64) * l_stride
             c = tl.load(token_ptr).to(tl.int32)
-            xc = _candidate(base, c, tl.load(temp_ptr + row))
+            xc = token_value(base, c, tl.load(temp_ptr + row))
             if not _verdict(pall_ptr, plow_ptr, pcnt_ptr, r * SPLITS, SPLITS, xc,
                             tl.load(topk_ptr + row), tl.load(topp_ptr + row)):
                 new_mode = mode
@@ -296,7 +284,7 @@ def _finish_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_ptr, 
         while (done == 0) & (rounds <= V):  # a miss drops a token at least: V + 1 rounds bound a NaN verdict's loop
             rounds += 1
             c = _row_draw(base, V, t, cv, ci, key, skip, BLOCK)
-            xc = _candidate(base, c, t)
+            xc = token_value(base, c, t)
             for s in range(0, SPLITS):
                 s_all, s_low, cnt = _span_check(base, s * SPAN, tl.minimum(s * SPAN + SPAN, V), V, t, L, xc,
                                                 c, kk, p, M, BLOCK)

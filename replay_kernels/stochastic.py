@@ -64,7 +64,7 @@ from .draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_ker
 from .partials import last_to_arrive
 from .filter_loop import FilterLoop
 from .filters import FILTER_SPAN
-from .launches import launch, pdl_wait, run_cooperative
+from .launches import PDL_LATE, launch, pdl_wait, run_cooperative
 from . import open_rows
 from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
@@ -432,4 +432,5 @@ class StochasticSampler(LaunchSampler):
                    s.tokens, s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
                    s.kept_above, s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
                    BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
-                   CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg)
+                   CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg,
+                   trigger=PDL_LATE if s.fused else None)  # measured: docs/KERNELS.md "Programmatic dependent launch"

@@ -78,11 +78,42 @@ def test_programmatic_dependent_launch_only_for_kernels_that_wait(monkeypatch):
     and only where the device runs it: not on this machine's interpreter or CPU."""
     assert launches._with_pdl(_pdl_fill_kernel, {"num_warps": 4}) == {"num_warps": 4}
     monkeypatch.setattr(launches, "_pdl_device", lambda: True)
-    assert launches._with_pdl(_pdl_fill_kernel, {"num_warps": 4}) == {"num_warps": 4, "PDL": True,
+    assert launches._with_pdl(_pdl_fill_kernel, {"num_warps": 4}) == {"num_warps": 4, "PDL": launches.PDL_EARLY,
                                                                         "launch_pdl": True}
     assert launches._with_pdl(_fill_kernel, {"num_warps": 4}) == {"num_warps": 4}
     monkeypatch.setattr(launches, "PDL", False)
     assert launches._with_pdl(_pdl_fill_kernel, {}) == {}
+
+
+def test_a_recorded_launch_triggers_early_only_when_the_next_one_waits_for_it(monkeypatch):
+    """The PDL trigger of a recorded launch: early where the next launch of the sequence is a PDL kernel (it
+    waits, so its programs may start while this one runs), late before a kernel that does not wait, at the end
+    of the sequence (what follows is the caller's), where the launch site asks for it, and for an unrecorded
+    launch. A rule keyed on the wrong neighbour, or one that ignored the site, gives another list."""
+    monkeypatch.setattr(launches, "_pdl_device", lambda: True)
+    triggers = []
+
+    def compiled_call(kernel, grid, args, options, trigger):
+        triggers.append(launches._with_pdl(kernel, options, trigger).get("PDL"))
+        return lambda: None
+
+    monkeypatch.setattr(launches, "_compiled_call", compiled_call)
+    out = torch.zeros(4)
+
+    def build():
+        for kernel, trigger in ((_pdl_fill_kernel, None), (_pdl_fill_kernel, None), (_pdl_fill_kernel, None),
+                                (_fill_kernel, None), (_pdl_fill_kernel, launches.PDL_LATE),
+                                (_pdl_fill_kernel, None), (_pdl_fill_kernel, None)):
+            args = (out, 1.0) if kernel is _pdl_fill_kernel else (out, 1.0, 4)
+            launches.launch(kernel, (1,), *args, trigger=trigger, **({} if kernel is _pdl_fill_kernel else
+                                                                      {"BLOCK": 4}))
+
+    launches.run_recorded(_State(), build)
+    early, late = launches.PDL_EARLY, launches.PDL_LATE
+    assert triggers == [early, early, late, None, late, early, late]
+    triggers.clear()
+    launches.launch(_pdl_fill_kernel, (1,), out, 1.0)
+    assert triggers == [late]
 
 
 def test_every_pdl_kernel_waits_before_it_touches_memory():
