@@ -51,7 +51,7 @@ import triton.language as tl
 
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
 from .interpret import interpreting
-from .launches import compiled_kernel, launch, pdl_wait
+from .launches import PDL_LATE, compiled_kernel, launch, pdl_wait
 from .bound_rules import keep_mask
 from .params import process_loaded
 from .partials import block_argmax, block_max, last_to_arrive, token_value
@@ -386,7 +386,8 @@ def fits(s: OneLaunchScratch, logits, mode, row, params, seed, positions, counts
         return False
     grid = (mode.numel(), s.programs)
     compiled = compiled_kernel(_one_launch_kernel, grid, _args(s, logits, mode, row, params, seed, positions,
-                                                               counts_init, counts, tokens), _one_launch_options(s))
+                                                               counts_init, counts, tokens), _one_launch_options(s),
+                               PDL_LATE)  # the kernel launch_one launches
     return mode.numel() * s.programs <= resident_programs(compiled, logits.device)
 
 
@@ -395,4 +396,4 @@ def launch_one(s: OneLaunchScratch, logits, mode, row, params, seed, positions, 
     ``seed`` [R] int64, ``positions`` [N] int64, ``counts_init`` / ``counts`` [R] int32, ``tokens`` [R, W] int64."""
     launch(_one_launch_kernel, (mode.numel(), s.programs),
            *_args(s, logits, mode, row, params, seed, positions, counts_init, counts, tokens),
-           **_one_launch_options(s))
+           trigger=PDL_LATE, **_one_launch_options(s))  # its sequence's last launch (plain.PlainSampler)

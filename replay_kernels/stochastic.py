@@ -424,7 +424,8 @@ class StochasticSampler(LaunchSampler):
         slots = s.positions_launched if fused else 1
         bounded = (s.fallback is not None) and not exact
         maxnreg = BOUND_MAXNREG if bounded else None if exact else self.position_maxnreg  # exact: uncapped
-        for i in range(1 if fused else s.positions_launched):
+        for i in range(1 if fused else s.positions_launched):  # the fused launch triggers late (measured faster:
+            # docs/KERNELS.md "When a kernel lets the next one start"); the exact round by the next launch
             launch(_position_kernel, (s.tokens.shape[0], s.num_stats_blocks, 1 if exact else slots),
                    i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
                    s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
@@ -433,4 +434,4 @@ class StochasticSampler(LaunchSampler):
                    s.kept_above, s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
                    BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
                    CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg,
-                   trigger=PDL_LATE if s.fused else None)  # measured: docs/KERNELS.md "Programmatic dependent launch"
+                   trigger=PDL_LATE if s.fused else None)

@@ -86,34 +86,33 @@ def test_programmatic_dependent_launch_only_for_kernels_that_wait(monkeypatch):
 
 
 def test_a_recorded_launch_triggers_early_only_when_the_next_one_waits_for_it(monkeypatch):
-    """The PDL trigger of a recorded launch: early where the next launch of the sequence is a PDL kernel (it
-    waits, so its programs may start while this one runs), late before a kernel that does not wait, at the end
-    of the sequence (what follows is the caller's), where the launch site asks for it, and for an unrecorded
-    launch. A rule keyed on the wrong neighbour, or one that ignored the site, gives another list."""
+    """The PDL trigger of a recorded launch, as the calls pass it to the kernel: early where the next launch of the
+    sequence is a PDL kernel (it waits, so its programs may start while this one runs), late before a kernel that
+    does not wait, at the end of the sequence (what follows is the caller's), where the launch site asks for it,
+    and for an unrecorded launch. A rule keyed on the wrong neighbour, one that ignored the site, or a call that
+    dropped the trigger gives another list."""
     monkeypatch.setattr(launches, "_pdl_device", lambda: True)
-    triggers = []
-
-    def compiled_call(kernel, grid, args, options, trigger):
-        triggers.append(launches._with_pdl(kernel, options, trigger).get("PDL"))
-        return lambda: None
-
-    monkeypatch.setattr(launches, "_compiled_call", compiled_call)
     out = torch.zeros(4)
-
-    def build():
+    specs = []
+    launches._local.recording = specs
+    try:
         for kernel, trigger in ((_pdl_fill_kernel, None), (_pdl_fill_kernel, None), (_pdl_fill_kernel, None),
                                 (_fill_kernel, None), (_pdl_fill_kernel, launches.PDL_LATE),
                                 (_pdl_fill_kernel, None), (_pdl_fill_kernel, None)):
-            args = (out, 1.0) if kernel is _pdl_fill_kernel else (out, 1.0, 4)
-            launches.launch(kernel, (1,), *args, trigger=trigger, **({} if kernel is _pdl_fill_kernel else
-                                                                      {"BLOCK": 4}))
-
-    launches.run_recorded(_State(), build)
+            if kernel is _pdl_fill_kernel:
+                launches.launch(kernel, (1,), out, 1.0, trigger=trigger)
+            else:
+                launches.launch(kernel, (1,), out, 1.0, 4, trigger=trigger, BLOCK=4)
+    finally:
+        launches._local.recording = None
+    calls = launches._calls(specs)  # the interpreter's kernels: partial(kernel[grid], *args, **options)
     early, late = launches.PDL_EARLY, launches.PDL_LATE
-    assert triggers == [early, early, late, None, late, early, late]
-    triggers.clear()
+    assert [call.keywords.get("PDL") for call in calls] == [early, early, late, None, late, early, late]
+    seen = []
+    monkeypatch.setattr(launches, "_compiled_call", lambda kernel, grid, args, options, trigger: seen.append(
+        launches._with_pdl(kernel, options, trigger).get("PDL")) or (lambda: None))
     launches.launch(_pdl_fill_kernel, (1,), out, 1.0)
-    assert triggers == [late]
+    assert seen == [late]
 
 
 def test_every_pdl_kernel_waits_before_it_touches_memory():
@@ -157,3 +156,7 @@ def test_gpu_pdl_kernels_compile_with_launch_pdl_and_run():
     plain = launches.compiled_kernel(_fill_kernel, (1,), (out, 2.0, 128), {"BLOCK": 128})
     waiting = launches.compiled_kernel(_pdl_fill_kernel, (1,), (out, 5.0), {})
     assert (plain.metadata.launch_pdl, waiting.metadata.launch_pdl) == (False, True)
+    late = launches.compiled_kernel(_pdl_fill_kernel, (1,), (out, 5.0), {}, launches.PDL_LATE)
+    trigger = "griddepcontrol.launch_dependents"  # an early trigger in the code, a late one left to the exits
+    assert (trigger in waiting.asm["ptx"], trigger in late.asm["ptx"]) == (True, False)
+    assert "griddepcontrol.wait" in late.asm["ptx"]
