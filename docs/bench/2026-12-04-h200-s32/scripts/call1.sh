@@ -11,11 +11,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 G=$OUT/call1; mkdir -p $G
 rm -rf scratch/rheld && mkdir -p scratch/rheld && cp -r replay_kernels scratch/rheld/ \
   && patch -s -d scratch/rheld -p1 < docs/bench/2026-12-04-h200-s31/scripts/rounds_held.patch || exit 1
-ab() {  # ab OUTFILE TIMEOUT ARGS...
-  local f=$1 t=$2; shift 2
-  timeout $t python3 tools/ab_kernels.py "$@" 2>&1 | grep -v -i warn > $G/$f
-  echo "== $f rc=${PIPESTATUS[0]}"; grep -E "^\||DIFFER|Error|^\* " $G/$f
-}
+source docs/bench/2026-12-04-h200-s32/scripts/ab.sh
 ab rheld.txt 130 --steps 10 --variant tree=replay_kernels --variant rheld=scratch/rheld/replay_kernels \
   --cases "SYNTHETIC top-p 0.9 R=64$,SYNTHETIC top-p 0.9 R=256$,SYNTHETIC verify k=4 top-p 0.9 R=256$,Qwen2.5-derived top-p 0.9 R=256$"
 V="SYNTHETIC verify k=4 R=1$,SYNTHETIC verify k=4 R=8$,SYNTHETIC verify k=4 R=32$"

@@ -7,11 +7,7 @@
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 G=$OUT/call2; mkdir -p $G
-ab() {  # ab OUTFILE TIMEOUT ARGS...
-  local f=$1 t=$2; shift 2
-  timeout $t python3 tools/ab_kernels.py "$@" 2>&1 | grep -v -i warn > $G/$f
-  echo "== $f rc=${PIPESTATUS[0]}"; grep -E "^\||DIFFER|Error|^\* " $G/$f
-}
+source docs/bench/2026-12-04-h200-s32/scripts/ab.sh
 ab pdl_verify.txt 170 --steps 10 --variant tree=replay_kernels --variant nopdl=replay_kernels --variant late=scratch/late/replay_kernels \
   --variant nopos=scratch/perk/replay_kernels --variant nodraw=scratch/perk/replay_kernels --set "nopdl:launches.PDL=False" \
   --set "nopos:launches.PDL_OFF={'_position_kernel'}" --set "nodraw:launches.PDL_OFF={'_draw_kernel'}" \

@@ -8,11 +8,7 @@
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 G=$OUT/call3; mkdir -p $G
-ab() {  # ab OUTFILE TIMEOUT ARGS...
-  local f=$1 t=$2; shift 2
-  timeout $t python3 tools/ab_kernels.py "$@" 2>&1 | grep -v -i warn > $G/$f
-  echo "== $f rc=${PIPESTATUS[0]}"; grep -E "^\||DIFFER|Error|^\* " $G/$f
-}
+source docs/bench/2026-12-04-h200-s32/scripts/ab.sh
 P=scratch/perl/replay_kernels
 ab verify.txt 120 --steps 6 --variant head=scratch/head/replay_kernels --variant late=scratch/late/replay_kernels \
   --variant wave1=$P --set "wave1:launches.WAVE_RULE=True" --variant lpos=$P --variant ldraw=$P --set "lpos:launches.PDL_LATE_FOR={'_position_kernel'}" \
