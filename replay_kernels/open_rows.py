@@ -73,10 +73,8 @@ def _open_rows_kernel(logits_ptr, l_stride, mode_ptr, row_ptr, slot_ptr, dtok_pt
         base = logits_ptr + row.to(tl.int64) * l_stride
         t = tl.load(temp_ptr + row)
         M = tl.load(top_ptr + r)
-        held = held_top(top_ptr, top_rows, r, mode == MODE_RESIDUAL, base, dtok_ptr, t, M)
-        skip = tl.full((), -1, tl.int32)
-        if mode == MODE_RESIDUAL:  # the redraw leaves the rejected draft out
-            skip = tl.load(dtok_ptr + r)
+        skip = tl.load(dtok_ptr + r, mask=mode == MODE_RESIDUAL, other=-1)  # the rejected draft, left out
+        held = held_top(top_ptr, top_rows, r, skip, base, t, M)
         # first = 0, M given: the top / held partials are never stored, so part_max / part_arg stand in for them
         token, arrivals = settle_row(base, V, mode, t, tl.load(lbound_ptr + row),
                                      tl.load(cut_val_ptr + row), tl.load(cut_idx_ptr + row),

@@ -115,15 +115,15 @@ def held_once(top, n_spans, first, target, row_base, t, cv, ci, span, V, BLOCK: 
 
 
 @triton.jit
-def held_top(top_ptr, top_rows, r, residual, base, dtok_ptr, t, M):
+def held_top(top_ptr, top_rows, r, draft, base, t, M):
     """Whether a draw at row ``r``'s largest value ``M`` is the one lane there (``top[1, r]`` of ``top`` [2,
     top_rows], from :func:`held_once`): the check would count no larger value and its two sums would add the same
-    terms (every lane at or below the token), so ``low == S``, kept whatever top-p. A ``residual`` row's M leaves
-    its rejected draft (``dtok[r]``) out while the sums keep it in: the draft's processed value (min-p not applied:
-    a bound) must be below M too. Sample-and-check's first check and the open-row launch's redraws read it."""
+    terms (every lane at or below the token), so ``low == S``, kept whatever top-p. A RESIDUAL row's M leaves its
+    rejected ``draft`` (-1: none, any other row) out while the sums keep it in: the draft's processed value (min-p
+    not applied: a bound) must be below M too. Sample-and-check's first check and the open-row launch read it."""
     held = tl.load(top_ptr + top_rows + r) != 0.0
-    if residual:
-        held = held & (token_value(base, tl.load(dtok_ptr + r), t) < M)
+    if draft >= 0:
+        held = held & (token_value(base, draft, t) < M)
     return held
 
 

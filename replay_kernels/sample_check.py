@@ -203,7 +203,8 @@ def _check_span(r, s, logits_ptr, l_stride, mode_in, mode_out, row_ptr, slot_ptr
         p = tl.load(topp_ptr + row)
         M = tl.load(top_ptr + r)
         if FIRST:  # grid (R, SPLITS): top[1] at top_ptr + R
-            top_of_order = held_top(top_ptr, tl.num_programs(0), r, mode == MODE_RESIDUAL, base, dtok_ptr, t, M)
+            draft = tl.load(dtok_ptr + r, mask=mode == MODE_RESIDUAL, other=-1)
+            top_of_order = held_top(top_ptr, tl.num_programs(0), r, draft, base, t, M)
             top_of_order = top_of_order & (xc == M) & (kk > 0)
             if mode == MODE_RESIDUAL:
                 top_of_order = top_of_order | (xc > tl.load(kept_ptr + r))  # above what the verify knows kept
