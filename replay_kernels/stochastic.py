@@ -70,7 +70,7 @@ from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from .params import RowParams, host_step, launch_params, prepare_params
 from .verify_bounds import WALK_OPEN, WALK_PENDING, Fallback, launch_fallback
-from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, processed_at, span_stats
+from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, load_tile, processed_at, span_stats
 
 # The position launches' tile, span per program and warps: fixed (they set the order of each row's fp32 sums,
 # and tokens must not depend on the batch); measured in docs/KERNELS.md "Position launch shape".
@@ -174,21 +174,26 @@ def _position_span(i, slot, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, l
     the P (a stochastic placeholder needs none)."""
     row = start + i
     d = tl.load(dtok_row_ptr + row)
+    # what the span needs but the draft token: loaded with it, not after it (one round trip less a program)
+    t = tl.load(temp_div_ptr + row)
+    cv = tl.load(cut_val_ptr + row)
+    ci = tl.load(cut_idx_ptr + row)
+    row_base = logits_ptr + row.to(tl.int64) * l_stride
+    lo = b * SPAN
+    hi = tl.minimum(lo + SPAN, V)
+    first = d  # a placeholder: a bounded launch's rows read their spans in their own tiles (verify_stats.span_bounds)
+    if not BOUNDED:
+        first = load_tile(row_base, lo, hi, BLOCK)  # the span's first tile, in flight with the draft token
     if greedy | (d >= 0):
-        t = tl.load(temp_div_ptr + row)
-        cv = tl.load(cut_val_ptr + row)
-        ci = tl.load(cut_idx_ptr + row)
-        row_base = logits_ptr + row.to(tl.int64) * l_stride
         bounded = False  # top-p decided by bounds (verify_bounds.py); never in the EXACT round
         xd = tl.full((), float("-inf"), tl.float32)
         if BOUNDED:
             bounded = (tl.load(check_ptr + row) != 0) & (d >= 0)
             if bounded:
                 xd = processed_at(row_base, d, t, cv, ci)
-        lo = b * SPAN
-        span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo,
-                   tl.minimum(lo + SPAN, V), greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
-                   sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK)
+        span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo, hi, first, greedy,
+                   bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
+                   bstride, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK, not BOUNDED)
 
 
 @triton.jit

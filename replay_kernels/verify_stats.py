@@ -178,19 +178,21 @@ def processed_at(row_base, d, t, cv, ci):
 
 
 @triton.jit
-def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr,
-                dmax_ptr, dsum_ptr, sbound_ptr, bstride, out,
-                HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr):
+def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
+                sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, out,
+                HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr, FIRST: tl.constexpr):
     """The stats of lanes [lo, hi) of one verify row, stored at ``out``: raw max + left-most argmax
     (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
     ``bounded`` rows also, at ``sbound + plane * bstride + out``: the mass (PLANE_RB) and the largest value
     (PLANE_X2) strictly before the draft ``d``, the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``
     (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out; steps with draft logits
-    have no bounded row: ``prepare_params(check=draft is None)``, so a bounded row writes no draft stats)."""
+    have no bounded row: ``prepare_params(check=draft is None)``, so a bounded row writes no draft stats).
+    ``FIRST``: ``first`` is the span's first tile of BLOCK lanes, loaded by the caller together with the draft token
+    (a launch without bounds; the same values as loading it here, one dependent round trip earlier)."""
     if greedy:
         best = tl.full((), float("-inf"), tl.float32)
         best_idx = lo
-        raw_next = load_tile(row_base, lo, hi, BLOCK)
+        raw_next = first if FIRST else load_tile(row_base, lo, hi, BLOCK)
         for start in range(lo, hi, BLOCK):
             raw = raw_next.to(tl.float32)
             raw_next = load_tile(row_base, start + BLOCK, hi, BLOCK)  # in flight while this tile is reduced
@@ -212,7 +214,7 @@ def span_stats(row_base, draft_base, lo, hi, greedy, bounded, d, xd, t, cv, ci, 
             s = tl.zeros((), tl.float32)
             qm = tl.full((), float("-inf"), tl.float32)
             qs = tl.zeros((), tl.float32)
-            raw_next = load_tile(row_base, lo, hi, BLOCK)
+            raw_next = first if FIRST else load_tile(row_base, lo, hi, BLOCK)
             q_next = raw_next  # a placeholder without draft logits (never read)
             if HAS_DRAFT:
                 q_next = load_tile(draft_base, lo, hi, BLOCK)

@@ -256,6 +256,31 @@ def test_stochastic_fused_and_per_position_launches_agree(seed):
         compare(step, fused.result(a, a.tokens, a.counts), ReferenceSampler().sample(step))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_stochastic_span_sums_far_from_the_draft_value(device):
+    """Verify rows whose span maxima lie far from the draft's value, both ways: drafts 100 above every other logit
+    of their row (accepted; exp(x - x_d) of the other spans flushes to 0 and exp(x_d - m) overflows fp32) and
+    drafts 90 below a token of their row, with draft logits (rejected; the residual draw reads both rows'
+    log-sum-exp), against the reference; on the GPU (``cuda``) the terms flush as there. Mutation-checked
+    (thirty-third session, CPU): a span sum taken against x_d without a second pass against the span's max
+    (verify_stats at 64 from x_d) fails both kinds of request."""
+    step = synthetic_step(160, 300, 8, 3, draft_logits=True, greedy_frac=0.0, filters=False, ks=[3] * 8)
+    logits, drafts = step.logits.clone(), step.draft_token_ids.clone()
+    cu = step.cu_num_logits.tolist()
+    for r in range(step.num_requests):
+        for row in range(cu[r], cu[r + 1] - 1):
+            d = int(drafts[row])
+            if r % 2 == 0:
+                logits[row, d] = float(logits[row].max()) + 100.0
+            else:
+                logits[row, (d + 150) % logits.shape[1]] = float(logits[row, d]) + 90.0
+    step.logits = logits
+    got = StochasticSampler(stats_block=64, draw_block=64, stats_span=128).sample(step.to(device))
+    want = ReferenceSampler().sample(step)
+    assert int((want.counts[0::2] == 4).sum()) == 4 and int((want.counts[1::2] == 1).sum()) == 4, want.counts
+    compare(step, got, want, max_near_ties=0)
+
+
 def test_stochastic_prepare_launch_is_repeatable():
     step = synthetic_step(40, 300, 5, 3, draft_logits=True)
     impl = StochasticSampler(stats_block=64, draw_block=64)
