@@ -5,7 +5,14 @@
 #                the same edit on the 2-warp-draw tree (5a below) and POSITION_MAXNREG 80
 #   scratch/a2:  call 6, the 2-warp-draw tree with ahead2.patch (two bf16 tiles in flight)
 #   scratch/pre: call 7, the 2-warp-draw tree (9149043's position launches)
+#   scratch/chain: the next session's first call, HEAD + chain.patch (`make_variants.sh chain`: only that copy)
 set -eu
+if [ "${1:-}" = chain ]; then
+  t=$(mktemp -d); git archive HEAD replay_kernels | tar -x -C $t  # outside the repo: git apply takes the paths as given
+  (cd $t && git apply --include='replay_kernels/*' "$OLDPWD/docs/bench/2026-12-04-h200-s33/scripts/chain.patch")
+  rm -rf scratch/chain && mkdir -p scratch/chain && mv $t/replay_kernels scratch/chain/ && rm -rf $t
+  exit 0
+fi
 rm -rf scratch/b9b scratch/head scratch/b4k scratch/a2 scratch/pre
 for c in b9b:9b062f2 head:9149043; do mkdir -p scratch/${c%%:*}; git archive ${c##*:} replay_kernels | tar -x -C scratch/${c%%:*}; done
 mkdir -p scratch/pre && cp -r scratch/head/replay_kernels scratch/pre/  # + the 2-warp draw shape for 8-15 rows:
