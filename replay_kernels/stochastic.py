@@ -1,46 +1,43 @@
 """``stochastic``: the Model Runner V2 speculative verify step in Triton.
 
-Per request r (rows ``cu[r] .. cu[r] + k_r``, the last is the bonus row), in one
-set of launches for the whole batch, greedy and stochastic requests mixed:
+Per request r (rows ``cu[r] .. cu[r] + k_r``, the last is the bonus row), in one set of launches for the whole
+batch, greedy and stochastic requests mixed:
 
-* temperature 0 (``greedy-verify`` / ``greedy-sample``): emit the raw row's
-  argmax (first index on ties) for each draft position, stop at the first draft
-  that differs (or is a -1 placeholder); if all pass, emit the bonus row's argmax.
-* otherwise (``stochastic-verify`` / ``random-sample``): accept draft d iff
-  ``log p(d) > log u + log q(d)`` with ``u = accept_uniform(seed, pos)`` and
-  ``log q = 0`` without draft logits; a placeholder ends verification. On
-  rejection, Gumbel-max from the residual ``max(p - q, 0)`` (one-hot: p with d
-  removed); after all accepted, Gumbel-max from the bonus row. Noise is
-  ``gumbel_noise(seed, pos[row], token)``, computed in-kernel.
+* temperature 0 (``greedy-verify`` / ``greedy-sample``): emit the raw row's argmax (first index on ties) for each
+  draft position, stop at the first draft that differs (or is a -1 placeholder); if all pass, emit the bonus row's
+  argmax.
+* otherwise (``stochastic-verify`` / ``random-sample``): accept draft d iff ``log p(d) > log u + log q(d)`` with
+  ``u = accept_uniform(seed, pos)`` and ``log q = 0`` without draft logits; a placeholder ends verification. On
+  rejection, Gumbel-max from the residual ``max(p - q, 0)`` (one-hot: p with d removed); after all accepted,
+  Gumbel-max from the bonus row. Noise is ``gumbel_noise(seed, pos[row], token)``, computed in-kernel.
 * k = 0 is the bonus draw alone.
 
 Target rows go through ``apply_sampling_params`` on the fly (replay_kernels.params).
 
 Kernels, grids and bytes (N rows, R requests, V vocabulary, 4 B per fp32 logit)
 --------------------------------------------------------------------------------
-0. the split-row filter passes of ``replay_kernels.filters`` (only rows of requests with
-   min-p/top-k/top-p): 1 + a bounded number of search passes per filtered row.
-1. ``_position_kernel`` grid ``(R, cdiv(V, SPAN))``, launched once per draft position i = 0 .. max_k - 1
-   (once when no request has drafts): the programs of a request still verifying at position i read
-   its row ``cu[r] + i`` once (and its draft-logits row when present), each a span of SPAN elements
-   (online max and sum-exp), and write 12 B of span stats: the raw max + left-most argmax for greedy
-   rows, the processed max and sum-exp for stochastic rows, the same for the draft logits / temperature.
-   The last program of the request to arrive (an ``acq_rel`` counter per request) adds the spans and
+0. the split-row filter passes of ``replay_kernels.filters`` (only rows of requests with min-p/top-k/top-p): 1 + a
+   bounded number of search passes per filtered row.
+1. ``_position_kernel`` grid ``(R, cdiv(NB, spans))`` (NB = cdiv(V, SPAN) spans a row, ``spans`` of them a program:
+   POSITION_SPANS), launched once per draft position i = 0 .. max_k - 1 (once when no request has drafts): the
+   programs of a request still verifying at position i read its row ``cu[r] + i`` once (and its draft-logits row
+   when present) and write 12 B of stats a span of SPAN elements (online max and sum-exp): the raw max + left-most
+   argmax for greedy rows, the processed max and sum-exp for stochastic rows, the same for the draft logits /
+   temperature. The last program of the request to arrive (an ``acq_rel`` counter per request) adds the spans and
    runs the accept test of position i; a rejection, a greedy mismatch or a placeholder ends the walk
-   (``verifying[r] = 0``) and fixes the draw plan (mode, row, slot, rejected draft, LSEs). Requests that
-   stopped, or have no draft at i, exit after two loads. Launch 0 also writes the default plan (the bonus
-   row's draw). Below ``FUSED_BELOW`` requests, ONE launch of grid ``(R, cdiv(V, SPAN), max_k)`` reads
-   every verify row (after a rejection too) and the last program of each request runs the tests of its
-   positions in order: one launch instead of max_k, where launch latency outweighs the extra rows.
-   Spans, sums and tests are the same in both layouts (verify_stats.py), so are the tokens.
-2. ``draw._draw_kernel`` grid ``(R, SPLITS)``: reads the R resample / bonus rows once
-   (R V x 4 B, plus the rejected draft row with draft logits), pruned Gumbel-max or
-   argmax, writes the drawn token and the -1 pads.
+   (``verifying[r] = 0``) and fixes the draw plan (mode, row, slot, rejected draft, LSEs). Requests that stopped,
+   or have no draft at i, exit after two loads. Launch 0 also writes the default plan (the bonus row's draw).
+   Below ``FUSED_BELOW`` requests, ONE launch with grid axis 2 = max_k reads every verify row (after a rejection
+   too) and the last program of each request runs the tests of its positions in order: one launch instead of
+   max_k, where launch latency outweighs the extra rows. Spans, sums and tests are the same in every layout
+   (verify_stats.py), so are the tokens.
+2. ``draw._draw_kernel`` grid ``(R, SPLITS)``: reads the R resample / bonus rows once (R V x 4 B, plus the rejected
+   draft row with draft logits), pruned Gumbel-max or argmax, writes the drawn token and the -1 pads.
 
-Bytes: only the rows the walk reaches are read. A request that stops at draft position j reads j + 1
-verify rows (the rows after a rejection are never needed) and its draw row: at acceptance rate a per
-draft, 1 + a + ... + a^(k-1) verify rows instead of k (at a = 0.7, k = 4: 2.5 of 4). When every draft
-is accepted that is one pass over the logits (N V x 4 B), in max_k + 1 launches (+ the filter passes).
+Bytes: only the rows the walk reaches are read. A request that stops at draft position j reads j + 1 verify rows
+(the rows after a rejection are never needed) and its draw row: at acceptance rate a per draft, 1 + a + ... +
+a^(k-1) verify rows instead of k (at a = 0.7, k = 4: 2.5 of 4). When every draft is accepted that is one pass over
+the logits (N V x 4 B), in max_k + 1 launches (+ the filter passes).
 
 API::
 
@@ -86,25 +83,30 @@ POSITION_MAXNREG = 64
 # Batches of fewer requests verify every draft position in one launch (``_position_kernel`` ALL: the rows
 # after a rejection are read too, but one launch replaces max_k); same stats and tests, so same tokens.
 FUSED_BELOW = 32
+# Spans a position program takes, by bytes a logit: ((fewer requests than, spans), ...); else one, as in bounded
+# launches. More spans pay a program's prologue once for more bytes; the sums are those of one program a span
+# (verify_stats.span_stats), so the tokens too. docs/KERNELS.md "Spans a position program takes".
+POSITION_SPANS = {2: ((256, 1), (1 << 31, 4))}
 VERIFY_MISS = 0.125  # share of checked requests a first check leaves open (measured: 8 of 64; open_rows.shape)
 WALK_CHUNK = 64
 
 
 @triton.jit(do_not_specialize=["i0"])
-def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
-                     logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
-                     check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride,
-                     arrivals_ptr, walk_ptr, pend_ptr, tokens_ptr, tok_stride, counts_ptr,
-                     mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr, lse_q_ptr, kept_ptr, V, NB, P,
-                     HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr, EXACT: tl.constexpr, ALL: tl.constexpr,
-                     SPAN: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr = False):
+def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr, l_stride,
+                     draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr, smax_ptr,
+                     ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, arrivals_ptr, walk_ptr, pend_ptr,
+                     tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr, lse_t_ptr,
+                     lse_q_ptr, kept_ptr, V, NB, P, HAS_DRAFT: tl.constexpr, BOUNDED: tl.constexpr,
+                     EXACT: tl.constexpr, ALL: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr,
+                     CHUNK: tl.constexpr, SPANS: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Draft position ``i0`` of every request still verifying: span stats of its row, then (in the last
     program of the request to arrive) the accept test of position i0, which may end the request's walk.
     ``ALL`` (few requests): every position at once, grid axis 2, stats of each position in its own slot of the P;
     the last program of the request walks the positions in order (same stats, same tests).
     ``EXACT``: the second round after the fallback, with the exact cuts, grid ``(R, NB, 1)``: only a pending
     request's programs read anything more than its walk state; program ``(r, b)`` takes span b of each of its
-    positions from the pending one on, each in its own slot of the P, and the last to arrive walks on from there."""
+    positions from the pending one on, each in its own slot of the P, and the last to arrive walks on from there.
+    A program takes ``SPANS`` spans of its row (grid axis 1: cdiv(NB, SPANS)), each span's stats its own."""
     pdl_wait(PDL)
     r = tl.program_id(0)
     b = tl.program_id(1)
@@ -112,6 +114,7 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
     k = tl.load(cu_ptr + r + 1) - start - 1
     temp = tl.load(req_temp_ptr + r)
     greedy = temp == 0.0
+    NPB = (NB + SPANS - 1) // SPANS  # programs a row
     j0 = 0
     if EXACT:  # a pending request's positions from its pending one on, in one program a span
         if tl.load(walk_ptr + r) == WALK_PENDING:
@@ -120,8 +123,8 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
                 _position_span(i, i, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, logits_ptr, l_stride,
                                draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, smax_ptr,
                                ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, V, NB, P, HAS_DRAFT,
-                               False, SPAN, BLOCK)
-            if last_to_arrive(arrivals_ptr, r, NB):
+                               False, SPAN, BLOCK, SPANS)
+            if last_to_arrive(arrivals_ptr, r, NPB):
                 _walk(r, j0, k, start, greedy, temp, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
                       l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
                       smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr,
@@ -147,16 +150,16 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
             _position_span(i, slot, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, logits_ptr, l_stride,
                            draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, smax_ptr, ssum_ptr,
                            sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, V, NB, P, HAS_DRAFT, BOUNDED, SPAN,
-                           BLOCK)
+                           BLOCK, SPANS)
         if ALL:  # every program of the request arrives; the last walks the positions
-            if last_to_arrive(arrivals_ptr, r, NB * P):
+            if last_to_arrive(arrivals_ptr, r, NPB * P):
                 _walk(r, j0, k, start, greedy, temp, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr, logits_ptr,
                       l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, topp_ptr,
                       smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, walk_ptr, pend_ptr,
                       tokens_ptr, tok_stride, counts_ptr, mode_ptr, rrow_ptr, slot_ptr, rdrow_ptr, rdtok_ptr,
                       lse_t_ptr, lse_q_ptr, kept_ptr, NB, P, HAS_DRAFT, BOUNDED, EXACT, CHUNK)
         elif verifying:
-            if last_to_arrive(arrivals_ptr, r, NB):
+            if last_to_arrive(arrivals_ptr, r, NPB):
                 accept_test(r, i, start, greedy, temp, r * P * NB, seed_ptr, dtok_row_ptr, pos_ptr, vidx_ptr,
                             logits_ptr, l_stride, draft_ptr, d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr,
                             check_ptr, topp_ptr, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
@@ -169,9 +172,9 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
 def _position_span(i, slot, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, logits_ptr, l_stride, draft_ptr,
                    d_stride, temp_div_ptr, cut_val_ptr, cut_idx_ptr, check_ptr, smax_ptr, ssum_ptr, sarg_ptr,
                    dmax_ptr, dsum_ptr, sbound_ptr, bstride, V, NB, P, HAS_DRAFT: tl.constexpr,
-                   BOUNDED: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr):
-    """Span b of request r's verify row at position i: its stats (verify_stats.span_stats) in slot ``slot`` of
-    the P (a stochastic placeholder needs none)."""
+                   BOUNDED: tl.constexpr, SPAN: tl.constexpr, BLOCK: tl.constexpr, SPANS: tl.constexpr):
+    """Spans b * SPANS .. of request r's verify row at position i: their stats (verify_stats.span_stats) in slot
+    ``slot`` of the P (a stochastic placeholder needs none)."""
     row = start + i
     d = tl.load(dtok_row_ptr + row)
     # what the span needs but the draft token: loaded with it, not after it (one round trip less a program)
@@ -179,8 +182,8 @@ def _position_span(i, slot, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, l
     cv = tl.load(cut_val_ptr + row)
     ci = tl.load(cut_idx_ptr + row)
     row_base = logits_ptr + row.to(tl.int64) * l_stride
-    lo = b * SPAN
-    hi = tl.minimum(lo + SPAN, V)
+    lo = b * SPANS * SPAN
+    hi = tl.minimum(lo + SPANS * SPAN, V)
     first = d  # a placeholder: a bounded launch's rows read their spans in their own tiles (verify_stats.span_bounds)
     if not BOUNDED:
         first = load_tile(row_base, lo, hi, BLOCK)  # the span's first tile, in flight with the draft token
@@ -193,7 +196,7 @@ def _position_span(i, slot, r, b, start, greedy, temp, dtok_row_ptr, vidx_ptr, l
                 xd = processed_at(row_base, d, t, cv, ci)
         span_stats(row_base, draft_ptr + tl.load(vidx_ptr + row).to(tl.int64) * d_stride, lo, hi, first, greedy,
                    bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr, sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr,
-                   bstride, (r * P + slot) * NB + b, HAS_DRAFT, BLOCK, not BOUNDED)
+                   bstride, (r * P + slot) * NB + b * SPANS, HAS_DRAFT, BLOCK, not BOUNDED, SPAN, SPANS)
 
 
 @triton.jit
@@ -219,24 +222,22 @@ def _walk(r, j0, k, start, greedy, temp, seed_ptr, dtok_row_ptr, pos_ptr, vidx_p
 class VerifyState:
     """Everything ``StochasticSampler.launch`` needs, on the step's device.
 
-    logits [N, V] engine dtype; draft_logits [N-R, V] or None; params: RowParams ([N] rows);
-    cu [R+1] int32; req_temp [R] f32; seed [R] int64; draft_tokens [N] int32;
-    positions [N] int64; vidx [N] int32 (draft/verify row per logits row, -1 on bonus rows);
-    span stats smax/ssum/sarg/dmax/dsum [R, NB_stats] of the position in flight, or [R, max_k x
-    NB_stats] of every position when ``fused`` (fewer than ``fused_below`` requests: one position launch) or
-    top-p bounds are used (the fallback's exact round takes every position in one launch), and
-    sbound [BOUND_PLANES, the same] (top-p bounds: Rb, X2, level masses; verify_stats.py, verify_bounds.py);
-    arrivals [R] int32 (zero between launches); walk [R] int32 (WALK_* codes) and pend [R] int32 (the position
-    of an undecided test); draw plan mode/rrow/slot/rdrow/rdtok [R] int32, lse_t/lse_q/kept_above [R] f32
-    (kept_above: a rejection's value above which its bounds found every token kept, accept.accept_test);
-    draw: DrawScratch (partials and arrival counters);
-    outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
-    positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut
-    fallback's scratch when some row is decided by bounds (``params.any_check``), else None; check /
-    round_draw: sample-and-check of those rows' draws (its scratch, and its later draws split finer);
-    open: the scratch of the open-row launch (``open_rows.launcher``; None: the rounds and the finish loop);
-    fallback_loop: the fallback's filter passes in one cooperative launch (:mod:`replay_kernels.filter_loop`;
-    None: the launch sequence);
+    logits [N, V] engine dtype; draft_logits [N-R, V] or None; params: RowParams ([N] rows); cu [R+1] int32;
+    req_temp [R] f32; seed [R] int64; draft_tokens [N] int32; positions [N] int64; vidx [N] int32 (draft/verify row
+    per logits row, -1 on bonus rows); span stats smax/ssum/sarg/dmax/dsum [R, NB_stats] of the position in flight,
+    or [R, max_k x NB_stats] of every position when ``fused`` (fewer than ``fused_below`` requests: one position
+    launch) or top-p bounds are used (the fallback's exact round takes every position in one launch), and sbound
+    [BOUND_PLANES, the same] (top-p bounds: Rb, X2, level masses; verify_stats.py, verify_bounds.py); arrivals [R]
+    int32 (zero between launches); walk [R] int32 (WALK_* codes) and pend [R] int32 (the position of an undecided
+    test); draw plan mode/rrow/slot/rdrow/rdtok [R] int32, lse_t/lse_q/kept_above [R] f32 (kept_above: a
+    rejection's value above which its bounds found every token kept, accept.accept_test); draw: DrawScratch
+    (partials and arrival counters); outputs tokens [R, max_k+1] int64, counts [R] int32; routes [R] int8 (host);
+    program_spans: spans a position program takes (POSITION_SPANS; the bounded launches take one);
+    positions_launched: max(1, max_k) (host int, fixed at prepare time); fallback: the exact-cut fallback's scratch
+    when some row is decided by bounds (``params.any_check``), else None; check / round_draw: sample-and-check of
+    those rows' draws (its scratch, and its later draws split finer); open: the scratch of the open-row launch
+    (``open_rows.launcher``; None: the rounds and the finish loop); fallback_loop: the fallback's filter passes in
+    one cooperative launch (:mod:`replay_kernels.filter_loop`; None: the launch sequence);
     launches: the launch sequence, recorded on the first launch (:mod:`replay_kernels.launches`).
     """
 
@@ -271,6 +272,7 @@ class VerifyState:
     counts: torch.Tensor
     routes: torch.Tensor
     num_stats_blocks: int
+    program_spans: int
     positions_launched: int
     fused: bool
     fallback: Fallback | None
@@ -282,11 +284,11 @@ class VerifyState:
 
 
 class StochasticSampler(LaunchSampler):
-    """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton. ``open_rows``: as for
-    the plain samplers (:class:`replay_kernels.plain.PlainSampler`), each checked request counted as open with
-    chance VERIFY_MISS (measured: a residual draw misses its top-p set with a chance 1 - p does not bound).
-    ``fallback_loop``: the exact-cut fallback's filter passes in one cooperative launch (False: the launch
-    sequence; the same cuts)."""
+    """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton. ``open_rows``: as for the plain
+    samplers (:class:`replay_kernels.plain.PlainSampler`), each checked request counted as open with chance
+    VERIFY_MISS (measured: a residual draw misses its top-p set with a chance 1 - p does not bound).
+    ``fallback_loop``: the exact-cut fallback's filter passes in one cooperative launch (False: the launch sequence;
+    the same cuts). ``program_spans``: spans a position program takes (None: POSITION_SPANS)."""
 
     name = "stochastic"
     description = ("MRV2 speculative verify in Triton: greedy + stochastic accept per request, residual "
@@ -296,11 +298,13 @@ class StochasticSampler(LaunchSampler):
 
     def __init__(self, stats_block: int = STATS_BLOCK, draw_block: int | None = None, programs: int | None = None,
                  filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS,
-                 fused_below: int | None = None, open_rows: bool | None = None, fallback_loop: bool = True):
+                 fused_below: int | None = None, open_rows: bool | None = None, fallback_loop: bool = True,
+                 program_spans: int | None = None):
         self.open_rows = open_rows
         self.fallback_loop = fallback_loop
         self.stats_block = stats_block
         self.fused_below = FUSED_BELOW if fused_below is None else fused_below  # read here: tools/ab_kernels.py --set
+        self.program_spans = program_spans
         self.position_warps = position_warps
         self.position_maxnreg = POSITION_MAXNREG
         self.stats_span = stats_span or STATS_SPAN // STATS_BLOCK * stats_block  # 4 tiles a span
@@ -369,7 +373,9 @@ class StochasticSampler(LaunchSampler):
             check=check, round_draw=round_draw, open=open_scratch,
             tokens=torch.full((r, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r, **i32), routes=routes,
-            num_stats_blocks=nbs, positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback,
+            num_stats_blocks=nbs, program_spans=self.program_spans or next(
+                n for below, n in POSITION_SPANS.get(logits.element_size(), ((1 << 31, 1),)) if r < below),
+            positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback,
             fallback_loop=loop)
 
     def launch(self, s: VerifyState) -> tuple[torch.Tensor, torch.Tensor]:
@@ -429,14 +435,15 @@ class StochasticSampler(LaunchSampler):
         slots = s.positions_launched if fused else 1
         bounded = (s.fallback is not None) and not exact
         maxnreg = BOUND_MAXNREG if bounded else None if exact else self.position_maxnreg  # exact: uncapped
+        spans = 1 if bounded else s.program_spans
+        grid = (s.tokens.shape[0], triton.cdiv(s.num_stats_blocks, spans), 1 if exact else slots)
         for i in range(1 if fused else s.positions_launched):  # the fused launch triggers late (measured faster:
             # docs/KERNELS.md "When a kernel lets the next one start"); the exact round by the next launch
-            launch(_position_kernel, (s.tokens.shape[0], s.num_stats_blocks, 1 if exact else slots),
-                   i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
+            launch(_position_kernel, grid, i, s.cu, s.req_temp, s.seed, s.draft_tokens, s.positions, s.vidx,
                    s.logits, s.logits.stride(0), draft, d_stride, p.temp_div, cut_val, cut_idx, p.check, p.top_p,
                    s.smax, s.ssum, s.sarg, s.dmax, s.dsum, s.sbound, s.sbound.stride(0), s.arrivals, s.walk, s.pend,
                    s.tokens, s.tokens.stride(0), s.counts, s.mode, s.rrow, s.slot, s.rdrow, s.rdtok, s.lse_t, s.lse_q,
                    s.kept_above, s.logits.shape[1], s.num_stats_blocks, slots, HAS_DRAFT=s.draft_logits is not None,
                    BOUNDED=bounded, EXACT=exact, ALL=fused, SPAN=self.stats_span, BLOCK=self.stats_block,
-                   CHUNK=WALK_CHUNK, num_warps=self.position_warps, maxnreg=maxnreg,
+                   CHUNK=WALK_CHUNK, SPANS=spans, num_warps=self.position_warps, maxnreg=maxnreg,
                    trigger=PDL_LATE if s.fused else None)

@@ -180,7 +180,8 @@ def processed_at(row_base, d, t, cv, ci):
 @triton.jit
 def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
                 sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, out,
-                HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr, FIRST: tl.constexpr):
+                HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr,
+                SPANS: tl.constexpr):
     """The stats of lanes [lo, hi) of one verify row, stored at ``out``: raw max + left-most argmax
     (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
     ``bounded`` rows also, at ``sbound + plane * bstride + out``: the mass (PLANE_RB) and the largest value
@@ -188,7 +189,10 @@ def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, c
     (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out; steps with draft logits
     have no bounded row: ``prepare_params(check=draft is None)``, so a bounded row writes no draft stats).
     ``FIRST``: ``first`` is the span's first tile of BLOCK lanes, loaded by the caller together with the draft token
-    (a launch without bounds; the same values as loading it here, one dependent round trip earlier)."""
+    (a launch without bounds; the same values as loading it here, one dependent round trip earlier).
+    [lo, hi) holds up to ``SPANS`` spans of ``SPAN`` lanes (a bounded row: one): each span's stats are taken from
+    -inf and 0 over its own tiles and stored at ``out`` + its index, so the same bits as one program a span; the
+    next span's first tile is in flight while the last of the previous one is reduced."""
     if greedy:
         best = tl.full((), float("-inf"), tl.float32)
         best_idx = lo
@@ -200,6 +204,13 @@ def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, c
             if m > best:
                 best = m
                 best_idx = start + a
+            if SPANS > 1:
+                if ((start + BLOCK - lo) % SPAN == 0) & (start + BLOCK < hi):  # a span ends, another follows
+                    tl.store(smax_ptr + out, best)
+                    tl.store(sarg_ptr + out, best_idx)
+                    out += 1
+                    best = tl.full((), float("-inf"), tl.float32)
+                    best_idx = start + BLOCK
         tl.store(smax_ptr + out, best)
         tl.store(sarg_ptr + out, best_idx)
     else:
@@ -229,6 +240,18 @@ def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, c
                 if HAS_DRAFT:
                     q = tl.math.div_rn(q.to(tl.float32), temp)
                     qm, qs = online(qm, qs, tl.where(q != q, float("-inf"), q))
+                if SPANS > 1:
+                    if ((start + BLOCK - lo) % SPAN == 0) & (start + BLOCK < hi):  # a span ends, another follows
+                        if HAS_DRAFT:
+                            tl.store(dmax_ptr + out, qm)
+                            tl.store(dsum_ptr + out, qs)
+                            qm = tl.full((), float("-inf"), tl.float32)
+                            qs = tl.zeros((), tl.float32)
+                        tl.store(smax_ptr + out, m)
+                        tl.store(ssum_ptr + out, s)
+                        out += 1
+                        m = tl.full((), float("-inf"), tl.float32)
+                        s = tl.zeros((), tl.float32)
             if HAS_DRAFT:
                 tl.store(dmax_ptr + out, qm)
                 tl.store(dsum_ptr + out, qs)

@@ -257,6 +257,36 @@ def test_stochastic_fused_and_per_position_launches_agree(seed):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("fused_below", [0, 1 << 30])
+def test_stochastic_spans_per_program_keep_each_span_s_stats(fused_below, device):
+    """A position program that takes several spans (``program_spans``; stochastic.POSITION_SPANS) stores each span's
+    stats from its own tiles: the same bits as one program a span, so the same tokens. 3 spans a program over 9
+    spans of V = 1,100 (the last program takes a short span alone); greedy and stochastic requests, draft logits,
+    placeholders, a span of -inf in the middle of a program (its argmax is its own first lane), and a top-p step
+    whose exact round reads its pending rows with several spans a program."""
+    ties = synthetic_step(172, 1100, 6, 3, ties=True, filters=False)  # no top-p: no bounded launch (one span)
+    ties.logits[:, 512:640] = float("-inf")  # span 4, the second of program 1
+    top_p = top_p_verify_step(170, 1100, 6, 0.0)
+    top_p.top_p = torch.empty(6).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(170))
+    kw = dict(stats_block=64, draw_block=64, stats_span=128, filter_span=128, fused_below=fused_below)
+    for step in (synthetic_step(171, 1100, 7, 4, draft_logits=True, placeholders=True, ks=[4, 0, 2, 4, 3, 4, 1]),
+                 ties, top_p):
+        states = []
+        for spans in (1, 3):
+            impl = StochasticSampler(program_spans=spans, **kw)
+            state = impl.prepare(step.to(device))
+            assert state.num_stats_blocks == 9 and state.program_spans == spans
+            for buf in (state.smax, state.ssum, state.sarg, state.dmax, state.dsum):
+                buf.fill_(-7)  # a stat never written stays -7 in both
+            impl.launch(state)
+            states.append(state)
+        one, three = states
+        for name in ("smax", "ssum", "sarg", "dmax", "dsum", "tokens", "counts"):
+            assert torch.equal(getattr(one, name), getattr(three, name)), name
+        compare(step, impl.result(three, three.tokens, three.counts), ReferenceSampler().sample(step))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_stochastic_span_sums_far_from_the_draft_value(device):
     """Verify rows whose span maxima lie far from the draft's value, both ways: drafts 100 above every other logit
     of their row (accepted) and drafts 90 below a token of their row, with draft logits (rejected; the residual draw

@@ -38,6 +38,7 @@ CASES = [  # (label, source, R, k, top_p[, top_k])
     ("Qwen2.5-derived plain R=256", "fixtures/real-draft-model", 256, 0, 1.0),
     ("Qwen2.5-derived plain R=64", "fixtures/real-draft-model", 64, 0, 1.0),
     ("Qwen2.5-derived verify k=4 R=256", "fixtures/real-draft-model", 256, 4, 1.0),
+    ("Qwen2.5-derived verify k=4 R=128", "fixtures/real-draft-model", 128, 4, 1.0),
     ("Qwen2.5-derived verify k=4 R=64", "fixtures/real-draft-model", 64, 4, 1.0),
     ("Qwen2.5-derived verify k=4 R=32", "fixtures/real-draft-model", 32, 4, 1.0),
     ("Qwen2.5-derived verify k=4 R=8", "fixtures/real-draft-model", 8, 4, 1.0),
