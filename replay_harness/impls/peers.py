@@ -252,7 +252,9 @@ class FlashInferSampler(LaunchSampler):
                                           dprobs=self._draft_probs(step, reqs, k, dids) if k else None,
                                           offset=offset))
             offset += 4 * (k + 1) * step.vocab_size
-        whole_plain = len(groups) == 1 and groups[0].k == 0 and len(by_k[0]) == r
+        # one row a request: the target is the batch as it stands (a request whose first draft is a placeholder is
+        # drawn at k = 0 too, but from the first of its rows)
+        whole_plain = len(groups) == 1 and groups[0].k == 0 and len(by_k[0]) == r and target.shape[0] == r
         return FlashInferState(
             target=target, whole_plain=whole_plain, groups=groups,
             seed=(int(host.seed.sum()) * 1_000_003 + int(host.positions.sum())) % (1 << 62),
