@@ -103,10 +103,9 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
     program of the request to arrive) the accept test of position i0, which may end the request's walk.
     ``ALL`` (few requests): every position at once, grid axis 2, stats of each position in its own slot of the P;
     the last program of the request walks the positions in order (same stats, same tests).
-    ``EXACT``: the second round after the fallback, with the exact cuts, grid ``(R, NB, 1)``: only a pending
-    request's programs read anything more than its walk state; program ``(r, b)`` takes span b of each of its
-    positions from the pending one on, each in its own slot of the P, and the last to arrive walks on from there.
-    A program takes ``SPANS`` spans of its row (grid axis 1: cdiv(NB, SPANS)), each span's stats its own."""
+    ``EXACT``: the second round after the fallback, with the exact cuts, grid axis 2 of 1: a pending request's programs
+    take their spans of each position from the pending one on (each in its slot of the P), the last walks on from
+    there; the others read their walk state only. Program (r, b) takes spans b * SPANS .. (axis 1: cdiv(NB, SPANS))."""
     pdl_wait(PDL)
     r = tl.program_id(0)
     b = tl.program_id(1)
@@ -116,7 +115,7 @@ def _position_kernel(i0, cu_ptr, req_temp_ptr, seed_ptr, dtok_row_ptr, pos_ptr, 
     greedy = temp == 0.0
     NPB = (NB + SPANS - 1) // SPANS  # programs a row
     j0 = 0
-    if EXACT:  # a pending request's positions from its pending one on, in one program a span
+    if EXACT:  # a pending request's positions from its pending one on, the same spans a program at each
         if tl.load(walk_ptr + r) == WALK_PENDING:
             j0 = tl.load(pend_ptr + r)
             for i in range(j0, k):
@@ -300,14 +299,15 @@ class StochasticSampler(LaunchSampler):
                  filter_span: int = FILTER_SPAN, stats_span: int | None = None, position_warps: int = POSITION_WARPS,
                  fused_below: int | None = None, open_rows: bool | None = None, fallback_loop: bool = True,
                  program_spans: int | None = None):
-        self.open_rows = open_rows
-        self.fallback_loop = fallback_loop
+        self.open_rows, self.fallback_loop = open_rows, fallback_loop
         self.stats_block = stats_block
         self.fused_below = FUSED_BELOW if fused_below is None else fused_below  # read here: tools/ab_kernels.py --set
         self.program_spans = program_spans
         self.position_warps = position_warps
         self.position_maxnreg = POSITION_MAXNREG
         self.stats_span = stats_span or STATS_SPAN // STATS_BLOCK * stats_block  # 4 tiles a span
+        if self.stats_span % stats_block:  # a span ends at a tile's end (verify_stats.span_stats, several a program)
+            raise ValueError(f"stats_span {self.stats_span} is not a multiple of stats_block {stats_block}")
         self.draw_block = draw_block
         self.programs = programs
         self.filter_span = filter_span

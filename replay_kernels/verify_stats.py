@@ -1,6 +1,6 @@
 """Span statistics of one verify row and the row's log-sum-exp from them (``stochastic``'s position launches).
 
-A verify row is read in spans of ``SPAN`` elements (tiles of ``BLOCK``), one program a span. Per span:
+A verify row is read in spans of ``SPAN`` elements (whole tiles of ``BLOCK``), one or several a program. Per span:
 the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
 exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
 the mass and largest value strictly before the draft and two level masses, against the draft's value

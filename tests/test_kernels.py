@@ -260,19 +260,19 @@ def test_stochastic_fused_and_per_position_launches_agree(seed):
 @pytest.mark.parametrize("fused_below", [0, 1 << 30])
 def test_stochastic_spans_per_program_keep_each_span_s_stats(fused_below, device):
     """A position program that takes several spans (``program_spans``; stochastic.POSITION_SPANS) stores each span's
-    stats from its own tiles: the same bits as one program a span, so the same tokens. 3 spans a program over 9
-    spans of V = 1,100 (the last program takes a short span alone); greedy and stochastic requests, draft logits,
-    placeholders, a span of -inf in the middle of a program (its argmax is its own first lane), and a top-p step
-    whose exact round reads its pending rows with several spans a program."""
+    stats from its own tiles: the same bits as one program a span, so the same tokens. 4 spans a program over 9
+    spans of V = 1,100 (the last program takes the short ninth span alone); greedy and stochastic requests, draft
+    logits, placeholders, a span of -inf in the middle of a program (its argmax is its own first lane), and a top-p
+    step whose exact round reads its pending rows with several spans a program. A span is whole tiles."""
     ties = synthetic_step(172, 1100, 6, 3, ties=True, filters=False)  # no top-p: no bounded launch (one span)
-    ties.logits[:, 512:640] = float("-inf")  # span 4, the second of program 1
+    ties.logits[:, 640:768] = float("-inf")  # span 5, the second of program 1
     top_p = top_p_verify_step(170, 1100, 6, 0.0)
     top_p.top_p = torch.empty(6).uniform_(0.3, 0.6, generator=torch.Generator().manual_seed(170))
     kw = dict(stats_block=64, draw_block=64, stats_span=128, filter_span=128, fused_below=fused_below)
     for step in (synthetic_step(171, 1100, 7, 4, draft_logits=True, placeholders=True, ks=[4, 0, 2, 4, 3, 4, 1]),
                  ties, top_p):
         states = []
-        for spans in (1, 3):
+        for spans in (1, 4):
             impl = StochasticSampler(program_spans=spans, **kw)
             state = impl.prepare(step.to(device))
             assert state.num_stats_blocks == 9 and state.program_spans == spans
@@ -280,10 +280,14 @@ def test_stochastic_spans_per_program_keep_each_span_s_stats(fused_below, device
                 buf.fill_(-7)  # a stat never written stays -7 in both
             impl.launch(state)
             states.append(state)
-        one, three = states
+        one, four = states
         for name in ("smax", "ssum", "sarg", "dmax", "dsum", "tokens", "counts"):
-            assert torch.equal(getattr(one, name), getattr(three, name)), name
-        compare(step, impl.result(three, three.tokens, three.counts), ReferenceSampler().sample(step))
+            assert torch.equal(getattr(one, name), getattr(four, name)), name
+        if step is top_p:
+            assert pending_requests(four) > 0  # the exact round ran
+        compare(step, impl.result(four, four.tokens, four.counts), ReferenceSampler().sample(step))
+    with pytest.raises(ValueError, match="not a multiple"):
+        StochasticSampler(stats_block=64, stats_span=96)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
