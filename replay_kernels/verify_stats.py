@@ -178,6 +178,13 @@ def processed_at(row_base, d, t, cv, ci):
 
 
 @triton.jit
+def span_ends(start, lo, hi, SPAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Whether the tile at ``start`` is the last of a span of a program's lanes [lo, hi) and another span follows
+    (spans are whole tiles: ``StochasticSampler`` checks SPAN % BLOCK == 0)."""
+    return ((start + BLOCK - lo) % SPAN == 0) & (start + BLOCK < hi)
+
+
+@triton.jit
 def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, cv, ci, temp, smax_ptr, ssum_ptr,
                 sarg_ptr, dmax_ptr, dsum_ptr, sbound_ptr, bstride, out,
                 HAS_DRAFT: tl.constexpr, BLOCK: tl.constexpr, FIRST: tl.constexpr, SPAN: tl.constexpr,
@@ -205,7 +212,7 @@ def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, c
                 best = m
                 best_idx = start + a
             if SPANS > 1:
-                if ((start + BLOCK - lo) % SPAN == 0) & (start + BLOCK < hi):  # a span ends, another follows
+                if span_ends(start, lo, hi, SPAN, BLOCK):
                     tl.store(smax_ptr + out, best)
                     tl.store(sarg_ptr + out, best_idx)
                     out += 1
@@ -241,7 +248,7 @@ def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, c
                     q = tl.math.div_rn(q.to(tl.float32), temp)
                     qm, qs = online(qm, qs, tl.where(q != q, float("-inf"), q))
                 if SPANS > 1:
-                    if ((start + BLOCK - lo) % SPAN == 0) & (start + BLOCK < hi):  # a span ends, another follows
+                    if span_ends(start, lo, hi, SPAN, BLOCK):
                         if HAS_DRAFT:
                             tl.store(dmax_ptr + out, qm)
                             tl.store(dsum_ptr + out, qs)
