@@ -4,8 +4,13 @@
     rec = load("fixtures/synthetic-mixed")            # Recording: len(rec), rec[i].step, rec[i].emitted
     results = replay(rec, "stochastic")                # [SampleResult per step]
     cmp = compare(rec, "greedy-only", against="reference")
-    cmp.ok, cmp.real_divergences, cmp.violations, cmp.to_dict()
+    cmp.verdict(), cmp.tokens_not_compared, cmp.real_divergences, cmp.violations, cmp.to_dict()
     assert_replays(rec, my_sampler)                    # AssertionError naming the first problem
+
+A sampler object that does not declare ``rng_contract = "mrv2"`` (plain ``sample(step)`` objects default
+to "unknown") cannot be compared token for token on stochastic requests: the Comparison counts those
+tokens (``tokens_not_compared``), its ``verdict()`` is "inconclusive", and :func:`assert_replays` raises
+:class:`InconclusiveReplay` (an AssertionError) unless ``routes_only=True`` was asked for on purpose.
 
 ``impl`` is a registered name (``replay impls``), ``exec:PROGRAM`` (docs/EXTERNAL.md) or any object with
 ``sample(step) -> SampleResult``. ``device``: "cpu" (default; Triton impls then run under
@@ -21,7 +26,16 @@ from replay_harness.compare.diff import Comparison
 from replay_harness.recording.step import SampleResult
 from replay_harness.recording.store import Recording
 
-__all__ = ["load", "replay", "compare", "assert_replays", "describe_failure"]
+__all__ = ["load", "replay", "compare", "assert_replays", "describe_failure", "InconclusiveReplay"]
+
+
+class InconclusiveReplay(AssertionError):
+    """Nothing wrong was seen, but stochastic tokens could not be compared (RNG contracts differ): no pass.
+    ``comparison`` holds the counts (``tokens_not_compared``)."""
+
+    def __init__(self, message: str, comparison: Comparison):
+        super().__init__(message)
+        self.comparison = comparison
 
 
 def load(path: str | os.PathLike | Recording, *, nan: str = "error") -> Recording:
@@ -91,13 +105,26 @@ def describe_failure(cmp: Comparison, label: str = "impl") -> str:
     return "\n".join(lines)
 
 
+def inconclusive_reason(cmp: Comparison, path: Any, label: str) -> str:
+    """The one line an inconclusive comparison gives: what was not compared, and where to go."""
+    contracts = next((n for n in cmp.notes if n.startswith("RNG contracts differ")), "RNG contracts differ")
+    return (f"{path}: INCONCLUSIVE: {label}: {cmp.summary()}; {contracts.split(':')[0]}. Test the sampler "
+            f"statistically with `replay verify {path} --impl ...`, declare rng_contract = \"mrv2\" if it "
+            f"implements that contract, or pass routes_only=True (--replay-routes-only) to accept routes, refusals "
+            f"and greedy tokens alone")
+
+
 def assert_replays(recording: Any, impl: Any = "reference", *, against: Any = "recorded", device: Any = "cpu",
-                   impl_args: list[str] | None = None) -> Comparison:
-    """:func:`compare`, raising ``AssertionError`` with :func:`describe_failure`'s lines unless ``ok``."""
+                   impl_args: list[str] | None = None, routes_only: bool = False) -> Comparison:
+    """:func:`compare`, raising ``AssertionError`` with :func:`describe_failure`'s lines unless ``ok``, and
+    :class:`InconclusiveReplay` when stochastic tokens could not be compared (RNG contracts differ) unless
+    ``routes_only`` (a check of routes, refusals and greedy tokens alone, asked for on purpose)."""
     rec = load(recording)
     cmp = compare(rec, impl, against=against, device=device, impl_args=impl_args)
+    label = impl if isinstance(impl, str) else getattr(impl, "name", type(impl).__name__)
     if not cmp.ok:
-        label = impl if isinstance(impl, str) else getattr(impl, "name", type(impl).__name__)
         raise AssertionError(f"{rec.path}: {label} does not replay against {against if isinstance(against, str) else 'impl'}:"
                              f"\n{describe_failure(cmp, str(label))}")
+    if cmp.verdict(routes_only) == "inconclusive":
+        raise InconclusiveReplay(inconclusive_reason(cmp, rec.path, str(label)), cmp)
     return cmp

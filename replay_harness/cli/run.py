@@ -14,7 +14,7 @@ from rich.table import Table
 from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, NanOpt, NegInfOpt, QuietOpt,
                                        RecordingsArg, check_json_file, device_opt, dumps, err, ids, impl_arg_opt,
                                        impl_opt, out, progress, warn_recording, write_json_file)
-from replay_harness.errors import EXIT_MISMATCH, EXIT_OK, UsageError
+from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
 
 ImplOpt = impl_opt("Sampler implementation to replay through (`replay impls` lists them).")
 ImplArgOpt = impl_arg_opt("(exec:PROGRAM), repeatable; goes to --impl if it is exec:, else to --against "
@@ -29,6 +29,9 @@ def run(
     against: str = typer.Option("recorded", "--against", metavar="recorded|NAME",
                                 help="What to compare with: 'recorded' (what the engine emitted) or another impl's "
                                      "name (exec:PROGRAM too)."),
+    routes_only: bool = typer.Option(False, "--routes-only",
+                                     help="Accept a run whose stochastic tokens could not be compared (RNG contracts "
+                                          "differ) as a pass on routes, refusals and greedy tokens alone (else exit 4)."),
     impl_arg: ImplArgOpt = None,
     impl_timeout: ImplTimeoutOpt = None,
     device: DeviceOpt = "auto",
@@ -42,7 +45,9 @@ def run(
 
     Exit 0 when everything matches (floating-point near-ties are reported but tolerated), 1 on a real
     token divergence, a routing violation or a refused request, 2 on bad input, 3 when the impl cannot
-    run here.
+    run here, 4 (inconclusive) when nothing was wrong but stochastic tokens could not be compared
+    because the RNG contracts differ: test those with `replay verify`, or pass --routes-only to accept
+    a check of routes, refusals and greedy tokens alone.
 
     An external program (any language) is an impl too: --impl exec:./my_sampler (docs/EXTERNAL.md);
     exit 3 when it crashes, hangs past --impl-timeout or answers garbage.
@@ -83,12 +88,15 @@ def run(
                       f"{read.bytes / 1e9 / seconds:.3g} GB/s (the reads alone took {read.seconds:.3g} s)")
     for rec, _ in results:  # not closed cleanly, or a digest that does not match: one warning line each
         warn_recording(rec)
-    ok = all(c.ok for _, c in results)
+    verdicts = [c.verdict(routes_only) for _, c in results]
+    ok = "fail" not in verdicts
+    code = EXIT_MISMATCH if not ok else EXIT_INCONCLUSIVE if "inconclusive" in verdicts else EXIT_OK
     if as_json or json_file:
-        doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": ok,
-               "exit_code": EXIT_OK if ok else EXIT_MISMATCH,
-               "recordings": [{"path": p, "synthetic": r.synthetic, **c.to_dict()}
-                              for p, (r, c) in zip(paths, results)]}
+        doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": code == EXIT_OK,
+               "exit_code": code, "verdict": _VERDICT[code], "routes_only": routes_only,
+               "tokens_not_compared": sum(c.tokens_not_compared for _, c in results),
+               "recordings": [{"path": p, "synthetic": r.synthetic, **c.to_dict(), "verdict": v}
+                              for p, (r, c), v in zip(paths, results, verdicts)]}
         write_json_file(json_file, dumps(doc))
     if as_json:
         if out.is_terminal:
@@ -97,7 +105,29 @@ def run(
             print(dumps(doc))
     else:
         _print_table(impl, against, paths, results)
-    raise typer.Exit(EXIT_OK if ok else EXIT_MISMATCH)
+        _print_summary(impl, against, paths, results, code, routes_only)
+    raise typer.Exit(code)
+
+
+_VERDICT = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}
+
+
+def _print_summary(impl: str, against: str, paths: List[str], results: list, code: int, routes_only: bool) -> None:
+    """The verdict line: PASS / FAIL / INCONCLUSIVE with the counts, and where to go when inconclusive."""
+    from replay_harness.compare.diff import Comparison
+
+    total = Comparison()
+    for _, c in results:
+        total.tokens_compared += c.tokens_compared
+        total.tokens_matched += c.tokens_matched
+        total.tokens_not_compared += c.tokens_not_compared
+        total.stochastic_skipped += c.stochastic_skipped
+    line = f"{_VERDICT[code]}: {impl} against {against}: {total.summary(routes_only)}"
+    if code == EXIT_INCONCLUSIVE:
+        line += (f"; no pass: run `replay verify {' '.join(paths[:3])}{' ...' if len(paths) > 3 else ''} "
+                 f"--impl {impl}` to test them statistically, or pass --routes-only to accept routes, refusals "
+                 f"and greedy tokens alone")
+    out.print(line, soft_wrap=True)
 
 
 def _prepare(options: tuple, stack, shard=None) -> tuple:
@@ -169,13 +199,15 @@ def _run_sharded(options: tuple) -> tuple | None:
 def _print_table(impl: str, against: str, paths: List[str], results: list) -> None:
     """One row per recording, then per recording: violations, refusals, notes and the first divergence."""
     table = Table(title=f"replay run --impl {impl} --against {against}")
-    for col in ("recording", "steps", "requests", "tokens", "matched", "near-ties", "violations", "refused",
-                "result"):
+    for col in ("recording", "steps", "requests", "tokens", "matched", "not compared", "near-ties", "violations",
+                "refused", "result"):
         table.add_column(col, justify="left" if col == "recording" else "right")
     for path, (rec, c) in zip(paths, results):
         label = path + (" (synthetic)" if rec.synthetic else "")
+        result = {"fail": "FAIL", "inconclusive": "INCONCLUSIVE", "pass": "ok"}[c.verdict()]
         table.add_row(label, str(c.steps), str(c.requests), str(c.tokens_compared), str(c.tokens_matched),
-                      str(c.near_ties), str(len(c.violations)), str(len(c.refused)), "ok" if c.ok else "FAIL")
+                      str(c.tokens_not_compared), str(c.near_ties), str(len(c.violations)), str(len(c.refused)),
+                      result)
     out.print(table)
     for path, (rec, c) in zip(paths, results):
         for kind, n in c.violations_by_kind("impl").items():

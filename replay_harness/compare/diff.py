@@ -49,6 +49,7 @@ class Comparison:
     tokens_compared: int = 0
     tokens_matched: int = 0
     stochastic_skipped: int = 0  # requests not compared token by token (RNG contracts differ)
+    tokens_not_compared: int = 0  # their tokens: a stochastic token the comparison could not check
     divergences: list[Divergence] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)          # impl under test
     against_violations: list[Violation] = field(default_factory=list)  # the other side (e.g. the engine)
@@ -69,7 +70,29 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
+        """Nothing wrong was seen (divergences, violations, refusals). Not a pass by itself: see
+        :meth:`verdict` (a run that could not compare a stochastic token is inconclusive)."""
         return not (self.real_divergences or self.violations or self.against_violations or self.refused)
+
+    @property
+    def inconclusive(self) -> bool:
+        """Nothing wrong was seen, but stochastic tokens were not compared (RNG contracts differ): no pass."""
+        return self.ok and self.tokens_not_compared > 0
+
+    def verdict(self, routes_only: bool = False) -> str:
+        """"fail" (something wrong), "inconclusive" (ok, but ``tokens_not_compared`` > 0 and the user did not
+        ask for routes only) or "pass" (exit codes 1, 4, 0; docs/VERIFY.md, "Verdicts")."""
+        if not self.ok:
+            return "fail"
+        return "inconclusive" if self.tokens_not_compared and not routes_only else "pass"
+
+    def summary(self, routes_only: bool = False) -> str:
+        """The summary line's counts: tokens compared, matched and not compared."""
+        text = f"{self.tokens_compared} tokens compared, {self.tokens_matched} matched"
+        if self.tokens_not_compared:
+            text += (f", {self.tokens_not_compared} stochastic token(s) in {self.stochastic_skipped} request-step(s) "
+                     f"not compared (RNG contracts differ{': routes only, as asked' if routes_only else ''})")
+        return text
 
     def merge(self, later: "Comparison") -> "Comparison":
         """Fold ``later`` (the comparison of the steps that follow) into this one: counts add, lists
@@ -86,6 +109,7 @@ class Comparison:
             "ok": self.ok, "steps": self.steps, "requests": self.requests,
             "requests_matched": self.requests_matched, "tokens_compared": self.tokens_compared,
             "tokens_matched": self.tokens_matched, "stochastic_requests_not_compared": self.stochastic_skipped,
+            "tokens_not_compared": self.tokens_not_compared, "inconclusive": self.inconclusive,
             "divergent_requests": len(self.divergences), "near_ties": self.near_ties,
             "first_divergence": asdict(first) if first else None,
             "first_real_divergence": asdict(first_real) if first_real else None,
@@ -121,6 +145,7 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
             cmp.refused.append((step_index, rid))
         if not exact_stochastic and float(step.temperature[r]) != 0.0:
             cmp.stochastic_skipped += 1
+            cmp.tokens_not_compared += max(int(a.counts[r]), int(b.counts[r]), 1)
             continue
         n = max(int(a.counts[r]), int(b.counts[r]))
         same = ta[r, :n] == tb[r, :n]

@@ -5,7 +5,10 @@
         replay_check("fixtures/my-engine-run", MySampler())   # or an object with sample(step)
 
 Options: ``--replay-impl NAME`` (a registered impl, ``exec:PROGRAM``, default ``reference``),
-``--replay-impl-arg ARG`` (repeatable, for exec:), ``--replay-device`` (default cpu). Fixtures:
+``--replay-impl-arg ARG`` (repeatable, for exec:), ``--replay-device`` (default cpu),
+``--replay-routes-only`` (accept routes, refusals and greedy tokens alone when the RNG contracts differ;
+without it such a check FAILS as inconclusive, never passes; ``replay_check(..., routes_only=True)`` asks
+for it per call). Fixtures:
 ``replay_impl`` (the name chosen) and ``replay_check`` (calls :func:`replay_harness.api.assert_replays`
 and returns the Comparison). Importing this module imports neither torch nor the harness.
 docs/INTEGRATION.md has a worked example.
@@ -22,6 +25,9 @@ def pytest_addoption(parser):
     group.addoption("--replay-impl-arg", action="append", default=None, metavar="ARG",
                     help="argument for an exec:PROGRAM impl (repeatable)")
     group.addoption("--replay-device", default="cpu", help="cpu (default), cuda or auto")
+    group.addoption("--replay-routes-only", action="store_true", default=False,
+                    help="when the RNG contracts differ, accept routes, refusals and greedy tokens alone (else "
+                         "replay_check fails as inconclusive)")
 
 
 @pytest.fixture
@@ -32,18 +38,22 @@ def replay_impl(request) -> str:
 
 @pytest.fixture
 def replay_check(request, replay_impl):
-    """``replay_check(recording, impl=None, *, against="recorded")``: fail the test unless ``impl`` (default:
-    --replay-impl) replays ``recording`` (token divergences, routing violations and refusals fail; near-ties
-    pass, as in ``replay run``)."""
+    """``replay_check(recording, impl=None, *, against="recorded", routes_only=None)``: fail the test unless
+    ``impl`` (default: --replay-impl) replays ``recording`` (token divergences, routing violations and
+    refusals fail; near-ties pass, as in ``replay run``). A check whose stochastic tokens could not be
+    compared (the sampler does not declare the recording's RNG contract) fails as INCONCLUSIVE with the
+    count of tokens not compared, unless ``routes_only`` (default: --replay-routes-only)."""
     from replay_harness.api import assert_replays
 
     config = request.config
 
-    def check(recording, impl=None, *, against="recorded"):
+    def check(recording, impl=None, *, against="recorded", routes_only=None):
         __tracebackhide__ = True
         name = impl if impl is not None else replay_impl
         args = config.getoption("--replay-impl-arg") if isinstance(name, str) and name.startswith("exec:") else None
+        if routes_only is None:
+            routes_only = config.getoption("--replay-routes-only")
         return assert_replays(recording, name, against=against, device=config.getoption("--replay-device"),
-                              impl_args=args)
+                              impl_args=args, routes_only=routes_only)
 
     return check
