@@ -1,5 +1,10 @@
 """Run an impl against the conformance vectors and name the rule of every failure.
 
+An impl of the vectors' RNG contract (``mrv2``) is compared token for token on every vector (below). Any
+other impl is checked on the RNG-independent vectors by route, support and statistics
+(:mod:`replay_harness.conformance.independent`), and the MRV2 bit-exact vectors (``Rule.mrv2_only``) are
+"not applicable" to it: never a failure, never a pass.
+
 A vector is a recording (``fixtures/conformance/<rule>/``) whose emitted tokens are what every conforming
 impl must emit, token for token: unlike ``replay run``, a near-tie is a failure here (the vectors keep
 every rounding-sensitive decision more than 1e-3 nats from its threshold, and their exact ties are decided
@@ -26,21 +31,31 @@ DEFAULT_VECTORS = Path(__file__).resolve().parents[2] / "fixtures" / "conformanc
 
 @dataclass
 class VectorResult:
-    """One vector's outcome: ``failures`` are one-line messages naming the rule (empty: passed)."""
+    """One vector's outcome: ``failures`` are one-line messages naming the rule (empty: passed).
+
+    mode: "exact" (token for token, the impl's RNG contract is the vectors'), "rng-independent" (route,
+    support and statistics) or "not applicable" (an MRV2 bit-exact vector, another RNG contract)."""
 
     rule: Rule
     path: Path
     comparison: Comparison
     failures: list[str] = field(default_factory=list)
+    mode: str = "exact"
+    tests: int = 0  # rng-independent: the checks run on this vector (statistical and exact)
 
     @property
     def ok(self) -> bool:
         return not self.failures
 
+    @property
+    def status(self) -> str:
+        return "n/a" if self.mode == "not applicable" else "ok" if self.ok else "FAIL"
+
     def to_dict(self) -> dict:
         return {"rule": self.rule.id, "statement": self.rule.statement, "path": str(self.path), "ok": self.ok,
+                "mode": self.mode, "status": self.status, "mrv2_only": self.rule.mrv2_only,
                 "tokens": self.comparison.tokens_compared, "matched": self.comparison.tokens_matched,
-                "failures": self.failures}
+                "tests": self.tests, "failures": self.failures}
 
 
 def find_vectors(root: str | Path | None = None, rules: list[str] | None = None) -> list[tuple[Rule, Recording]]:
@@ -76,17 +91,33 @@ def _failures(rule: Rule, cmp: Comparison) -> list[str]:
             what = f"slot {d.position}: emitted {d.token}, expected {d.against_token}"
         lines.append(f"{where}, {what}")
     lines += [f"step {v.step}, request {v.request_id}: route {v.got}, expected {v.expected}" for v in cmp.violations]
-    lines += [n for n in cmp.notes if n.startswith("RNG contracts differ")]
     return [f"rule {rule.id}: {line}" for line in lines]
 
 
-def run_conformance(impl: Sampler, vectors: list[tuple[Rule, Recording]],
-                    device: torch.device | None = None) -> list[VectorResult]:
-    """Replay every vector through ``impl`` (a Sampler, e.g. from ``get_impl``); strict token comparison."""
+def run_conformance(impl: Sampler, vectors: list[tuple[Rule, Recording]], device: torch.device | None = None,
+                    trials: int | None = None, seed: int = 0, alpha: float | None = None) -> list[VectorResult]:
+    """Check ``impl`` (a Sampler, e.g. from ``get_impl``) on every vector: token for token when its RNG
+    contract is the vectors', else by route, support and statistics on the RNG-independent vectors
+    (``trials`` runs per request, ``seed``, family-wise ``alpha``), the MRV2 bit-exact ones "not applicable"."""
+    from replay_harness.conformance import independent
+
     device = device or torch.device("cpu")
-    results = []
+    results, other = [], []
     for rule, rec in vectors:
-        impl.begin_recording(str(rec.path))
-        cmp = run_recording(rec, impl, "recorded", device)
-        results.append(VectorResult(rule, rec.path, cmp, _failures(rule, cmp)))
+        if impl.rng_contract == rec.rng_contract != "unknown":
+            impl.begin_recording(str(rec.path))
+            cmp = run_recording(rec, impl, "recorded", device)
+            results.append(VectorResult(rule, rec.path, cmp, _failures(rule, cmp)))
+        else:
+            results.append(VectorResult(rule, rec.path, Comparison(), [],
+                                        "not applicable" if rule.mrv2_only else "rng-independent"))
+            if not rule.mrv2_only:
+                other.append((len(results) - 1, rule, rec))
+    if other:
+        lines, report = independent.check_vectors(
+            impl, [(rule, rec) for _, rule, rec in other], device, trials or independent.DEFAULT_TRIALS, seed,
+            alpha or independent.DEFAULT_ALPHA)
+        for (i, rule, rec), found in zip(other, lines):
+            results[i].failures = [f"rule {rule.id}: {line}" for line in found]
+            results[i].tests = sum(len(u.checks) for u in report.units if u.recording == str(rec.path))
     return results
