@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import shutil
 from pathlib import Path
 
 import pytest
 
 from replay_harness.recording import digest as registry
-from replay_harness.recording.store import Recording, encode_step, load_step_file
+from replay_harness.recording.store import Recording, load_step_file
 from replay_harness.recording.validate import close_problems
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "synthetic-mixed"
@@ -75,12 +76,11 @@ def test_a_step_rewritten_after_it_was_read_still_gives_the_digest_warning(tmp_p
         rec[i]
     file = rec.files[1]
     before = os.stat(file)
-    tensors, raw_meta = load_step_file(file)
-    tensors = {name: t.clone() for name, t in tensors.items()}
-    logits = tensors["logits"].view(-1)
-    j = int(logits.isfinite().nonzero()[0])
-    logits[j] = 2.5 if float(logits[j]) == 1.5 else 1.5  # one logit changed, the file as long as before
-    file.write_bytes(encode_step(tensors, json.loads(raw_meta)))
+    at = _first_finite_logit_offset(file)
+    data = bytearray(file.read_bytes())
+    old = struct.unpack_from("<f", data, at)[0]
+    struct.pack_into("<f", data, at, 2.5 if old == 1.5 else 1.5)  # one logit changed, the file as long as before
+    file.write_bytes(bytes(data))
     # the key is (path, size, mtime): an edit later than the filesystem's timestamp tick, as a real one is
     os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
     assert os.stat(file).st_size == before.st_size

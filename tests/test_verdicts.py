@@ -230,4 +230,4 @@ def test_run_replays_a_derived_recording_against_the_reference(tmp_path):
     assert not Recording(out_dir).has_engine_tokens and Recording(FOUNDING).has_engine_tokens
     code, out, err = cli("run", str(out_dir), "--device", "cpu")
     assert code == 0, out + err
-    assert "note: the recording holds no engine tokens" in out and "compared against reference" in out
+    assert "note: the recording holds no engine tokens" in out and "reference's tokens it stores" in out

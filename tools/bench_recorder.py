@@ -17,11 +17,17 @@ steps (after ``--warmup`` untimed ones) in each mode:
   async-drop    Recorder(mode="async", when_full="drop"): steps dropped when the queue is full
   async-every   async-block recording every N-th step, N the derived sustainable rate (a check)
 
-loss per recorded step = (loop time - baseline) / recorded steps, also as a fraction of --step-ms.
-The disk's write bandwidth is measured in the same run (write + fsync a --disk-mib file in --dir).
-Sustainable rate: record every N-th step, N = ceil(max(step bytes / disk bandwidth, writer seconds
-per step) / step seconds), the writer's seconds per step taken as the sync mode's loss (a bound: it
-includes the pageable D2H copy the async mode does on a side stream).
+loss per recorded step = (loop time - baseline) / recorded steps, also as a fraction of --step-ms;
+loop loss = loop time / baseline - 1 (what the engine loses, whatever was recorded).
+The disk's write bandwidth is measured in the same run (a --disk-mib file in --dir, 64 MiB writes, then
+fsync; once plain and once with write-back started as it goes, the way the Recorder writes; the faster
+of the two is the floor). Writer throughput: step bytes / seconds in the write path, from the Recorder's
+own ``write_stats`` (sync: copy, checks, write, fsync in record_step; async: the writer thread), and as
+the sync loop sees it (step bytes / sync loss per step).
+Sustainable rate: record every N-th step, N = ceil(max(step bytes / disk bandwidth, async writer seconds
+per step) / step seconds); the async-every run records that long enough to record >= 8 steps.
+
+The ratios of docs/BENCHMARKS.md ("Record and replay") are printed at the end, one line each.
 
 Prints a table; writes JSON to --out. Exit 0 ok, 2 bad option, 3 no CUDA for --device cuda, 130 Ctrl-C.
 """
@@ -138,8 +144,10 @@ def _sleep_cycles(ms: float) -> int:
     return int(probe * ms / start.elapsed_time(end))
 
 
-def run_mode(engine: Engine, mode: str, root: Path, args, every: int = 1) -> dict:
-    """Time ``args.steps`` engine steps recording in ``mode``; the recording is deleted afterwards."""
+def run_mode(engine: Engine, mode: str, root: Path, args, every: int = 1, steps: int | None = None) -> dict:
+    """Time ``steps`` (default ``args.steps``) engine steps recording in ``mode``; the recording is deleted
+    afterwards."""
+    steps = steps or args.steps
     path = root / f"rec-R{engine.r}-{mode}"
     rec = None
     if mode != "none":
@@ -153,21 +161,23 @@ def run_mode(engine: Engine, mode: str, root: Path, args, every: int = 1) -> dic
         before_dropped = rec.dropped if rec else 0
         calls_before = rec.calls if rec else 0
         start = time.perf_counter()
-        for _ in range(args.steps):
+        for _ in range(steps):
             engine.step(rec)
         _sync(engine)
         loop_s = time.perf_counter() - start
         dropped = (rec.dropped if rec else 0) - before_dropped
-        chosen = sum(1 for c in range(calls_before, calls_before + args.steps) if c % every == 0)
+        chosen = sum(1 for c in range(calls_before, calls_before + steps) if c % every == 0)
         recorded = 0 if rec is None else chosen - dropped
         close_start = time.perf_counter()
         if rec is not None:
             rec.close()
         drain_s = time.perf_counter() - close_start
+        stats = rec.write_stats if rec is not None else None
     finally:
         shutil.rmtree(path, ignore_errors=True)
-    return dict(R=engine.r, mode=mode, every=every, steps=args.steps, recorded=recorded, dropped=dropped,
-                loop_ms_per_step=1000 * loop_s / args.steps, drain_after_loop_s=drain_s)
+    writer = stats["bytes"] / stats["seconds"] / 1e6 if stats and stats["seconds"] else None
+    return dict(R=engine.r, mode=mode, every=every, steps=steps, recorded=recorded, dropped=dropped,
+                loop_ms_per_step=1000 * loop_s / steps, drain_after_loop_s=drain_s, writer_MBps=writer)
 
 
 def _sync(engine: Engine) -> None:
@@ -177,31 +187,50 @@ def _sync(engine: Engine) -> None:
 
 
 def disk_bandwidth(root: Path, mib: int) -> dict:
-    """Write ``mib`` MiB (64 MiB chunks of random bytes) to a file in ``root``, fsync, time it."""
-    chunk = np.random.default_rng(0).integers(0, 256, 64 * 2 ** 20, dtype=np.uint8).tobytes()
-    file = root / "disk-test.bin"
-    written, start = 0, time.perf_counter()
-    with open(file, "wb") as f:
-        while written < mib * 2 ** 20:
-            part = chunk[: min(len(chunk), mib * 2 ** 20 - written)]
-            f.write(part)
-            written += len(part)
-        f.flush()
-        os.fsync(f.fileno())
-    seconds = time.perf_counter() - start
-    file.unlink()
-    return dict(bytes=written, seconds=seconds, MBps=written / seconds / 1e6)
+    """Write ``mib`` MiB (chunks of random bytes) to a file in ``root``, fsync, time it: once plain (64 MiB
+    writes), then starting write-back after every chunk (posix_fadvise DONTNEED, as stepfile.write_step_file
+    does) with 64 MiB and with 16 MiB chunks. The fastest is the disk's write bandwidth."""
+    out = {}
+    for how, mib_chunk in (("plain", 64), ("streamed", 64), ("streamed16", 16)):
+        chunk = np.random.default_rng(0).integers(0, 256, mib_chunk * 2 ** 20, dtype=np.uint8).tobytes()
+        file = root / f"disk-test-{how}.bin"
+        written, start = 0, time.perf_counter()
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            while written < mib * 2 ** 20:
+                part = memoryview(chunk)[: min(len(chunk), mib * 2 ** 20 - written)]
+                at = 0
+                while at < len(part):
+                    at += os.write(fd, part[at:])
+                if how.startswith("streamed"):
+                    os.posix_fadvise(fd, written, len(part), os.POSIX_FADV_DONTNEED)
+                written += len(part)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        seconds = time.perf_counter() - start
+        file.unlink()
+        out[how] = dict(bytes=written, seconds=seconds, MBps=written / seconds / 1e6)
+    best = max(out.values(), key=lambda d: d["MBps"])
+    return dict(**best, **{f"{how}_MBps": d["MBps"] for how, d in out.items()})
 
 
 def derive(rows: list[dict], engine: Engine, disk: dict, step_ms: float) -> dict:
-    """The sustainable every-N-th-step rate for this R from the disk bandwidth and the sync loss."""
+    """The sustainable every-N-th-step rate for this R from the disk bandwidth and the async writer's
+    throughput (else the sync writer's), and the writer's throughput against the disk's."""
     base = next(x for x in rows if x["mode"] == "none")["loop_ms_per_step"]
     sync = next((x for x in rows if x["mode"] == "sync"), None)
+    asynchronous = next((x for x in rows if x["mode"].startswith("async") and x["writer_MBps"]), None)
     disk_s = engine.step_bytes / (disk["MBps"] * 1e6)
-    writer_s = max((sync["loop_ms_per_step"] - base) / 1000, 0.0) if sync else 0.0
+    writer = (asynchronous or sync or {}).get("writer_MBps")
+    writer_s = engine.step_bytes / (writer * 1e6) if writer else 0.0
     every = max(1, math.ceil(max(disk_s, writer_s) / (step_ms / 1000)))
+    sync_loss_s = max((sync["loop_ms_per_step"] - base) / 1000, 1e-9) if sync else None
     return dict(R=engine.r, step_bytes=engine.step_bytes, disk_s_per_step=disk_s, writer_s_per_step=writer_s,
-                bound="disk" if disk_s >= writer_s else "writer", every=every)
+                bound="disk" if disk_s >= writer_s else "writer", every=every,
+                sync_writer_MBps=sync["writer_MBps"] if sync else None,
+                sync_loop_MBps=engine.step_bytes / sync_loss_s / 1e6 if sync else None,
+                async_writer_MBps=asynchronous["writer_MBps"] if asynchronous else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,14 +258,16 @@ def main(argv: list[str] | None = None) -> int:
             if not any(x["mode"] == "none" for x in rows):
                 rows.insert(0, run_mode(engine, "none", root, args))
             rate = derive(rows, engine, out["disk"], args.step_ms)
-            if "async-every" in args.modes:
-                rows.append(run_mode(engine, "async-every", root, args, every=rate["every"]))
+            if "async-every" in args.modes:  # long enough to record >= 8 steps
+                rows.append(run_mode(engine, "async-every", root, args, every=rate["every"],
+                                     steps=max(args.steps, 8 * rate["every"])))
             base = next(x for x in rows if x["mode"] == "none")["loop_ms_per_step"]
             for x in rows:
                 lost_ms = (x["loop_ms_per_step"] - base) * x["steps"]
                 x["loss_ms_per_recorded_step"] = lost_ms / x["recorded"] if x["recorded"] else None
                 x["loss_fraction_of_step"] = (x["loss_ms_per_recorded_step"] / args.step_ms
                                               if x["recorded"] else None)
+                x["loop_loss"] = x["loop_ms_per_step"] / base - 1
                 x["step_bytes"] = engine.step_bytes
             out["rows"] += rows
             out["sustainable"].append(rate)
@@ -257,16 +288,27 @@ def print_table(out: dict) -> None:
     print(f"[{out['label']}] {out['device']}  k={out['drafts']} V={out['vocab']} {out['dtype']}  "
           f"step {out['step_ms']:g} ms  max_pending {out['max_pending']}  "
           f"disk {out['disk']['MBps']:.0f} MB/s")
-    print(f"{'R':>5} {'mode':<12} {'every':>5} {'MB/step':>8} {'ms/step':>8} {'recorded':>8} {'dropped':>7} "
-          f"{'lost ms/rec':>11} {'of step':>8}")
+    print(f"{'R':>4} {'mode':<12} {'every':>5} {'MB/st':>6} {'ms/st':>7} {'rec':>4} {'drop':>4} "
+          f"{'lost/rec':>8} {'loop+':>6} {'MB/s':>6}")
     for x in out["rows"]:
-        lost, frac = x["loss_ms_per_recorded_step"], x["loss_fraction_of_step"]
-        print(f"{x['R']:>5} {x['mode']:<12} {x['every']:>5} {x['step_bytes'] / 1e6:>8.1f} "
-              f"{x['loop_ms_per_step']:>8.2f} {x['recorded']:>8} {x['dropped']:>7} "
-              f"{'-' if lost is None else format(lost, '.2f'):>11} {'-' if frac is None else format(frac, '.1%'):>8}")
+        lost, writer = x["loss_ms_per_recorded_step"], x["writer_MBps"]
+        print(f"{x['R']:>4} {x['mode']:<12} {x['every']:>5} {x['step_bytes'] / 1e6:>6.0f} "
+              f"{x['loop_ms_per_step']:>7.2f} {x['recorded']:>4} {x['dropped']:>4} "
+              f"{'-' if lost is None else format(lost, '.2f'):>8} {x['loop_loss']:>6.1%} "
+              f"{'-' if writer is None else format(writer, '.0f'):>6}")
+    disk = out["disk"]["MBps"]
     for s in out["sustainable"]:
         print(f"R={s['R']}: sustainable: record 1 step in {s['every']} ({s['bound']}-bound: disk "
               f"{1000 * s['disk_s_per_step']:.1f} ms, writer {1000 * s['writer_s_per_step']:.1f} ms per step)")
+    print("ratios (docs/BENCHMARKS.md, 'Record and replay'):")
+    for s in out["sustainable"]:
+        for what in ("sync_writer_MBps", "async_writer_MBps", "sync_loop_MBps"):
+            if s.get(what):
+                print(f"  R={s['R']}: {what[:-5]} {s[what]:.0f} MB/s / disk {disk:.0f} MB/s = {s[what] / disk:.2f}")
+    for x in out["rows"]:
+        if x["mode"] in ("async-every", "async-block") and x["recorded"]:
+            print(f"  R={x['R']}: {x['mode']} every {x['every']}: engine loop +{x['loop_loss']:.1%} "
+                  f"({x['recorded']} steps recorded, {x['dropped']} dropped)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@
 3. drops the files from the page cache again and runs `replay run FOLDER --json` as a child, measuring
    its wall time and peak RSS (``os.wait4``: the child's maximum resident set); the replay's GB/s is the
    recording's bytes over the wall time, and again over the wall time minus the start-up (the same
-   command on a one-step fixture).
+   command on a one-step recording: --startup-on, by default fixtures/synthetic-founding; give a one-step
+   recording of the measured shape, run once before, so the start-up holds the same kernel loads);
+4. prints the ratios of docs/BENCHMARKS.md ("Record and replay"): replay GB/s (after start-up) over the
+   cold read GB/s, and peak RSS over 4 steps' bytes + 1 GB.
 
 Prints one JSON document (and writes it to --json-out). Helpers for scripts (tools/run_gpu_scale.sh):
 ``exec -- CMD ...`` (run CMD: {"rc", "wall_s", "max_rss_mib"} on stderr's last line, CMD's output
@@ -35,8 +38,9 @@ BLOCK = 16 << 20
 
 
 def step_files(folder: Path) -> list[Path]:
+    """The step files of the recording at ``folder``, or of every recording under it."""
     return sorted((folder / "steps").glob("step-*.safetensors")) if (folder / "steps").is_dir() else \
-        sorted(p for p in folder.rglob("*") if p.is_file())
+        sorted(p for p in folder.rglob("step-*.safetensors") if p.is_file())
 
 
 def drop_cache(paths: list[Path]) -> None:
@@ -114,7 +118,7 @@ def make_recording(args: argparse.Namespace) -> dict:
     step_bytes = args.batch * (args.drafts + 1) * args.vocab * itemsize
     steps = max(1, math.ceil(args.gb * 1e9 / step_bytes))
     folder = Path(args.folder)
-    if args.reuse and (folder / "manifest.json").exists():
+    if args.reuse and ((folder / "manifest.json").exists() or any(folder.rglob("manifest.json"))):
         return {"made": False, "steps": len(step_files(folder))}
     cmd = [sys.executable, "-m", "replay_harness.cli", "synth", args.source, "--out", str(folder), "--batch",
            str(args.batch), "--drafts", str(args.drafts), "--vocab", str(args.vocab), "--steps", str(steps),
@@ -137,8 +141,7 @@ def measure(args: argparse.Namespace) -> dict:
     run_args = ["--impl", impl, "--against", args.against, "--device", device, "--json", "--quiet"]
     replay = [sys.executable, "-m", "replay_harness.cli", "run"]
     work = Path(args.work or folder.parent)
-    startup = measured_child([*replay, str(REPO / "fixtures" / "synthetic-founding"), *run_args],
-                             work / "startup.json")
+    startup = measured_child([*replay, args.startup_on, *run_args], work / "startup.json")
     drop_cache(files)
     child = measured_child([*replay, str(folder), *run_args], work / "replay_run.json")
     try:
@@ -159,6 +162,12 @@ def measure(args: argparse.Namespace) -> dict:
                    "prefetch_depth": os.environ.get("REPLAY_PREFETCH_DEPTH", "2 (default)"),
                    "stderr_tail": child.get("stderr_tail")},
         "rss_vs_recording": round(child.get("max_rss_mib", 0) * 2**20 / nbytes, 4) if nbytes else None,
+        "ratios": {
+            "replay_over_cold_read": round(nbytes / net / 1e9 / disk["gb_per_s"], 3) if net > 0 else None,
+            "replay_wall_over_cold_read": round(nbytes / wall / 1e9 / disk["gb_per_s"], 3) if wall > 0 else None,
+            "rss_over_4_steps_plus_1gb": round(child.get("max_rss_mib", 0) * 2**20
+                                               / (4 * nbytes / max(len(files), 1) + 1e9), 3),
+        },
     }
 
 
@@ -187,12 +196,20 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if _cuda() else "cpu")
     ap.add_argument("--impl", default=None, help="default: stochastic on CUDA, reference on the CPU")
     ap.add_argument("--against", default="recorded", help="(derived recordings: compared against reference)")
+    ap.add_argument("--startup-on", default=str(REPO / "fixtures" / "synthetic-founding"),
+                    help="the one-step recording whose replay is the start-up subtracted")
     ap.add_argument("--work", default=None, help="folder for the run's JSON output (default: beside --folder)")
     ap.add_argument("--json-out", default=None, help="also write the result here")
     args = ap.parse_args()
     result = measure(args)
     text = json.dumps(result, indent=2)
     print(text)
+    r = result["ratios"]
+    print(f"replay run {result['gb']} GB: {result['replay']['gb_per_s_after_startup']} GB/s after start-up "
+          f"({result['replay']['gb_per_s_wall']} wall) / cold read {result['disk_read']['gb_per_s']} GB/s = "
+          f"{r['replay_over_cold_read']} ({r['replay_wall_over_cold_read']} wall); peak RSS "
+          f"{result['replay']['max_rss_mib']} MiB = {r['rss_over_4_steps_plus_1gb']} x (4 steps + 1 GB)",
+          file=sys.stderr)
     if args.json_out:
         Path(args.json_out).write_text(text + "\n")
 

@@ -10,7 +10,7 @@ import torch
 from replay_harness.compare.diff import Comparison, compare_step, recorded_result
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls import get_impl
-from replay_harness.impls.contract import Sampler, place
+from replay_harness.impls.contract import Sampler, place, placement
 from replay_harness.recording.prefetch import ReadStats, units_ahead
 from replay_harness.recording.store import Recording, StepRecord
 
@@ -59,7 +59,7 @@ def run_recordings(recs: list[Recording], impl: Sampler, against: str | Sampler,
     heads = [start_comparison(rec, impl, against) for rec in recs]
     units = [(r, i) for r, rec in enumerate(recs) for i in range(len(rec))]
     begun = 0
-    for (r, i), record in units_ahead(recs, units, device, depth, stats):
+    for (r, i), record in units_ahead(recs, units, read_device(impl, [o for _, _, o in heads], device), depth, stats):
         while begin is not None and begun <= r:
             begin(begun)
             begun += 1
@@ -74,14 +74,25 @@ def run_recordings(recs: list[Recording], impl: Sampler, against: str | Sampler,
     return [cmp for cmp, _, _ in heads]
 
 
+def read_device(impl: Sampler, others: list[str | Sampler], device: torch.device) -> torch.device | None:
+    """Where the steps are read to: the one device every side runs on when that is a CUDA device (the reader
+    thread then copies each step there, recording/prefetch.py), else the CPU (None)."""
+    where = {placement(impl, device)} | {placement(o, device) for o in others if not isinstance(o, str)}
+    return where.pop() if len(where) == 1 and next(iter(where)).type == "cuda" else None
+
+
 def start_comparison(rec: Recording, impl: Sampler,
                      against: str | Sampler) -> tuple[Comparison, bool, str | Sampler]:
     """An empty Comparison for ``rec`` (with the note when the RNG contracts differ), whether stochastic
     requests are compared token by token (``exact``), and what the steps are compared with: ``against``,
     except "recorded" on a recording that holds no engine tokens (``Recording.has_engine_tokens``: `replay
-    synth` output), which is compared with the reference."""
+    synth` output): compared with the reference's tokens it stores (``expected_tokens: "reference"``), or,
+    in one written without them, with the reference run now."""
     cmp = Comparison()
-    if against == "recorded" and not rec.has_engine_tokens:
+    if against == "recorded" and not rec.has_engine_tokens and rec.has_expected_tokens:
+        cmp.notes.append("the recording holds no engine tokens (derived, e.g. by `replay synth`): compared "
+                         "against the reference's tokens it stores (expected_tokens)")
+    elif against == "recorded" and not rec.has_engine_tokens:
         cmp.notes.append("the recording holds no engine tokens (derived, e.g. by `replay synth`): compared "
                          "against reference")
         against = get_impl("reference")

@@ -41,7 +41,7 @@ def _top2_gap(scores: torch.Tensor) -> float:
 
 def decision_margin(step: Step, request: int, position: int) -> float:
     """Smallest margin of the decisions that produce token ``position`` of ``request``."""
-    sub = step.select([request])
+    sub = step.select([request]).to("cpu")  # on the CPU whatever device the step was read to (as it was recorded)
     logits = apply_sampling_params(sub)
     k = logits.shape[0] - 1
     position = min(position, k)

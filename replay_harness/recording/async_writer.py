@@ -11,12 +11,17 @@ Snapshots (the engine may reuse or free its tensors once ``record_step`` returns
 
 * a CUDA tensor is copied into the slot's pinned host buffer (uint8, grown on demand, never shrunk)
   on a side stream that first waits on the device's current stream (so the copy reads what the
-  producing kernels wrote); an event recorded after the copies is what the writer thread waits on,
+  producing kernels wrote); the row maxima of the float rows (``logits``, ``draft_logits``) are
+  computed there too, before the copy, so the writer's checks read no logit on the host
+  (``validate.check_step``'s ``row_max``); an event recorded after the copies is what the writer thread waits on,
   and ``record_stream`` keeps the tensor's memory from being reused before the copy read it. The
   engine's stream never waits. The engine must not write a tensor it passed *in place* on a later
   kernel before that copy ran (pass a ``clone()`` if it does: a device copy, far cheaper than D2H);
 * a CPU tensor is cloned, a numpy array copied, lists and tuples copied element by element (a CUDA
   tensor inside a list is copied to the CPU synchronously); scalars and None are kept.
+
+The synchronous Recorder takes the same snapshot into its one slot (:func:`snapshot`) and waits for it: the
+device copy is then a pinned one in both modes.
 
 Errors of a step on the writer thread (the InputError the synchronous path raises, or an OSError) are
 queued, traceback dropped, for :meth:`pop_error`: the Recorder raises them at its next call or close.
@@ -32,13 +37,16 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-__all__ = ["AsyncStepWriter", "WHEN_FULL"]
+__all__ = ["AsyncStepWriter", "Slot", "snapshot", "WHEN_FULL", "ROW_MAX"]
 
 WHEN_FULL = ("block", "drop")
+ROW_MAX = "row_max"  # the snapshot's key for {float field: its row maxima} (checked from these, not re-read)
+_ROWS = ("logits", "draft_logits")  # the float rows whose maxima are taken on the device
 _ALIGN = 64  # bytes: every tensor's offset in a slot's pinned buffer (any dtype can view it)
+_streams: dict[torch.device, torch.cuda.Stream] = {}  # one side stream per device, for the process
 
 
-class _Slot:
+class Slot:
     """Host memory for one step in flight: a pinned byte buffer for its CUDA tensors and their events."""
 
     def __init__(self) -> None:
@@ -74,12 +82,13 @@ class AsyncStepWriter:
         self._write = write
         self.when_full = when_full
         self.dropped = 0  # steps skipped because every slot was in flight ("drop")
-        self._free: queue.Queue[_Slot] = queue.Queue()
+        # LIFO: the slot written last is reused first, so when the writer keeps up one warm slot does all the
+        # work and the others are never pinned (pinning a step's worth of memory costs the engine ~0.1 s)
+        self._free: queue.LifoQueue[Slot] = queue.LifoQueue()
         for _ in range(max_pending):
-            self._free.put(_Slot())
+            self._free.put(Slot())
         self._work: queue.SimpleQueue = queue.SimpleQueue()  # (engine_step, args, slot), None to stop
         self._errors: collections.deque[BaseException] = collections.deque()
-        self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="replay-recorder-writer", daemon=True)
         self._thread.start()
@@ -93,12 +102,12 @@ class AsyncStepWriter:
             self.dropped += 1
             return False
         try:
-            snapshot = self._snapshot(args, slot)
+            taken = snapshot(args, slot)
         except BaseException:
             slot.events = []
             self._free.put(slot)
             raise
-        self._work.put((engine_step, snapshot, slot))
+        self._work.put((engine_step, taken, slot))
         return True
 
     def pop_error(self) -> BaseException | None:
@@ -113,7 +122,7 @@ class AsyncStepWriter:
             self._thread.join()
             atexit.unregister(self.stop)
 
-    def _take_slot(self) -> _Slot | None:
+    def _take_slot(self) -> Slot | None:
         if self.when_full == "drop":
             try:
                 return self._free.get_nowait()
@@ -125,42 +134,6 @@ class AsyncStepWriter:
             except queue.Empty:
                 if not self._thread.is_alive():
                     raise RuntimeError("the recorder's writer thread died; no step can be written") from None
-
-    def _snapshot(self, args: dict[str, Any], slot: _Slot) -> dict[str, Any]:
-        """``args`` with every value copied to host memory the engine cannot touch any more."""
-        on_device = [(name, t) for name, t in args.items() if isinstance(t, torch.Tensor) and t.is_cuda]
-        out = {name: _host_copy(value) for name, value in args.items()
-               if not (isinstance(value, torch.Tensor) and value.is_cuda)}
-        if on_device:
-            out.update(self._copy_from_devices(on_device, slot))
-        return out
-
-    def _copy_from_devices(self, tensors: list[tuple[str, torch.Tensor]], slot: _Slot) -> dict[str, torch.Tensor]:
-        """Queue D2H copies of ``tensors`` into the slot's pinned buffer on each device's side stream."""
-        offsets, total = [], 0
-        for _, t in tensors:
-            offsets.append(total)
-            total += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
-        pinned = slot.reserve(total)
-        out: dict[str, torch.Tensor] = {}
-        for device in dict.fromkeys(t.device for _, t in tensors):
-            side = self._streams.get(device)
-            if side is None:
-                side = self._streams[device] = torch.cuda.Stream(device=device)
-            side.wait_stream(torch.cuda.current_stream(device))  # after the kernels that produced them
-            with torch.cuda.stream(side):
-                for (name, t), offset in zip(tensors, offsets):
-                    if t.device != device:
-                        continue
-                    nbytes = t.numel() * t.element_size()
-                    host = pinned[offset:offset + nbytes].view(t.dtype).view(t.shape)
-                    host.copy_(t.detach(), non_blocking=True)
-                    t.record_stream(side)  # the allocator keeps its memory until the copy ran
-                    out[name] = host
-                event = torch.cuda.Event()
-                event.record(side)
-                slot.events.append(event)
-        return out
 
     # ------------------------------------------------------------------ writer thread
     def _run(self) -> None:
@@ -177,6 +150,60 @@ class AsyncStepWriter:
             finally:
                 del args, item  # no view into the slot's buffer outlives the step
                 self._free.put(slot)
+
+
+def snapshot(args: dict[str, Any], slot: Slot, copy_host: bool = True) -> dict[str, Any]:
+    """``args`` with every value copied to host memory the engine cannot touch any more (CUDA tensors: queued
+    into ``slot``, landed after ``slot.wait()``), plus :data:`ROW_MAX` when a float row was on a device.
+    ``copy_host=False`` (the synchronous Recorder): host values are kept as they are, not copied."""
+    on_device = [(name, t) for name, t in args.items() if isinstance(t, torch.Tensor) and t.is_cuda]
+    out = {name: (_host_copy(value) if copy_host else value) for name, value in args.items()
+           if not (isinstance(value, torch.Tensor) and value.is_cuda)}
+    if on_device:
+        out.update(_copy_from_devices(on_device, slot))
+    return out
+
+
+def _copy_from_devices(tensors: list[tuple[str, torch.Tensor]], slot: Slot) -> dict[str, Any]:
+    """Queue D2H copies of ``tensors`` (and of the float rows' maxima) into the slot's pinned buffer on each
+    device's side stream."""
+    maxima = {}
+    with torch.no_grad():
+        for device in dict.fromkeys(t.device for _, t in tensors):
+            side = _streams.get(device)
+            if side is None:
+                side = _streams[device] = torch.cuda.Stream(device=device)
+            side.wait_stream(torch.cuda.current_stream(device))  # after the kernels that produced them
+            with torch.cuda.stream(side):
+                for name, t in tensors:
+                    if t.device == device and name in _ROWS and t.ndim == 2 and t.shape[1] and t.dtype in (
+                            torch.float32, torch.bfloat16, torch.float16):  # others are converted on the host
+                        maxima[name] = t.detach().amax(1)
+    everything = tensors + [(f"{ROW_MAX}.{name}", m) for name, m in maxima.items()]
+    offsets, total = [], 0
+    for _, t in everything:
+        offsets.append(total)
+        total += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
+    pinned = slot.reserve(total)
+    out: dict[str, Any] = {}
+    for device in dict.fromkeys(t.device for _, t in everything):
+        side = _streams[device]
+        with torch.cuda.stream(side):
+            for (name, t), offset in zip(everything, offsets):
+                if t.device != device:
+                    continue
+                nbytes = t.numel() * t.element_size()
+                host = pinned[offset:offset + nbytes].view(t.dtype).view(t.shape)
+                host.copy_(t.detach(), non_blocking=True)
+                t.record_stream(side)  # the allocator keeps its memory until the copy ran
+                out[name] = host
+            event = torch.cuda.Event()
+            event.record(side)
+            slot.events.append(event)
+    rows = {name[len(ROW_MAX) + 1:]: out.pop(name) for name in list(out) if name.startswith(f"{ROW_MAX}.")}
+    if rows:
+        out[ROW_MAX] = rows
+    return out
 
 
 def _host_copy(value: Any) -> Any:

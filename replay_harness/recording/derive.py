@@ -22,8 +22,12 @@ from the recording's own logits rows, so the values keep the shape of real model
 
 The output recording says ``synthetic: true`` and carries ``derived`` in its manifest (kind
 "derived/synthetic", the source path, its digest and synthetic flag, the shape, the seed, the
-method). Emitted tokens are empty (counts 0, no routes): no engine ever ran these steps; compare
-impls with each other (``--against reference``), not with "recorded".
+method). No engine ever ran these steps: the emitted tensors hold the **reference's** tokens, counts
+and routes (the torch oracle, on the CPU, computed once here), and the manifest says so with
+``expected_tokens: "reference"`` and the reference's RNG contract (docs/FIXTURES.md). ``replay run``
+compares an impl with them, so a replay of a derived corpus runs at the speed of the disk instead of
+the speed of the CPU oracle (docs/SCALE.md). ``expected=False`` writes empty answers (counts 0, routes
+unknown) as before; ``replay run`` then runs the reference itself.
 """
 from __future__ import annotations
 
@@ -232,10 +236,13 @@ def check_vocab(source: Recording, vocab: int) -> None:
 
 
 def write_derived(source_path: str | Path, out: str | Path, *, batch: int, drafts: int, vocab: int, steps: int = 2,
-                  seed: int = 0, overwrite: bool = False) -> Path:
-    """Write :func:`derive_steps` as a recording labelled derived/synthetic; returns its path.
+                  seed: int = 0, overwrite: bool = False, expected: bool = True) -> Path:
+    """Write :func:`derive_steps` as a recording labelled derived/synthetic; returns its path. ``expected``:
+    store the reference's answer to every step (module docstring).
 
     ``out`` may not be, hold or lie inside the source (refused before anything is written or deleted)."""
+    from replay_harness.impls.reference import ReferenceSampler
+
     check_shape(batch, drafts, vocab, steps)
     check_output(out, [source_path], "--out")
     source = Recording(source_path)
@@ -244,13 +251,22 @@ def write_derived(source_path: str | Path, out: str | Path, *, batch: int, draft
                "from_synthetic": source.synthetic, "from_vocab_size": source.vocab_size, "batch": batch,
                "drafts": drafts, "vocab_size": vocab, "steps": steps, "seed": seed, "method": METHOD}
     argmax_rows = 0
-    with RecordingWriter(out, vocab_size=vocab, rng_contract=source.rng_contract, synthetic=True,
+    reference = ReferenceSampler() if expected else None
+    contract = reference.rng_contract if expected else source.rng_contract
+    with RecordingWriter(out, vocab_size=vocab, rng_contract=contract, synthetic=True,
                          source={"synthetic": True, "derived": derived}, overwrite=overwrite) as w:
+        if expected:
+            w.manifest["expected_tokens"] = "reference"
         for step, info in derive_steps(source, batch=batch, drafts=drafts, vocab=vocab, steps=steps, seed=seed):
             argmax_rows += info["argmax_drafts"]
-            empty = Emitted(tokens=torch.full((batch, drafts + 1), -1, dtype=torch.int32),
-                            counts=torch.zeros(batch, dtype=torch.int32))
-            w.write_step(step, empty, meta={"synthetic": True, "derived": True})
+            if reference is not None:
+                got = reference.sample(step)
+                answer = Emitted(tokens=got.tokens.to(torch.int32), counts=got.counts.to(torch.int32),
+                                 routes=got.routes.to(torch.int8))
+            else:
+                answer = Emitted(tokens=torch.full((batch, drafts + 1), -1, dtype=torch.int32),
+                                 counts=torch.zeros(batch, dtype=torch.int32))
+            w.write_step(step, answer, meta={"synthetic": True, "derived": True})
             del step  # free this step's logits before the next one is built
         derived["argmax_draft_rows"] = argmax_rows
         w.manifest["derived"] = derived

@@ -2,7 +2,9 @@
 
 A step digest depends on content only (names, dtypes, shapes, bytes, metadata), never on the
 safetensors header layout, so two writers of the same content agree. Written by ``store`` on close,
-checked by ``validate``.
+checked by ``validate``. Two algorithms (the manifest's ``digest_algorithm``): ``xxh3-128`` (XXH3, 128 bits,
+tens of GB/s on one core: what this package writes, since schema minor 1) and ``sha256`` (the default when
+the key is absent: recordings written before, and writers such as the C++ example that keep it).
 
 A process-wide registry remembers the digest of each step file read (``Recording.__getitem__``), keyed by
 the file's resolved path, inode, size and mtime taken before the read, so the digest check of a closed recording
@@ -15,9 +17,23 @@ import hashlib
 import json
 import os
 import threading
-from typing import Any, Iterable
+from concurrent.futures import Future, wait
+from typing import Any, Callable, Iterable
 
 import torch
+import xxhash
+
+ALGORITHMS = {"sha256": hashlib.sha256, "xxh3-128": xxhash.xxh3_128}
+HEX_DIGITS = {"sha256": 64, "xxh3-128": 32}  # length of a digest's lowercase hex form
+WRITTEN = "xxh3-128"   # what RecordingWriter writes
+LEGACY = "sha256"      # a manifest without digest_algorithm
+
+
+def algorithm_of(manifest: dict[str, Any]) -> str:
+    """The digest algorithm a manifest names (``digest_algorithm``; absent: sha256). Unknown names are
+    refused by ``validate.check_manifest``; here they read as sha256, so nothing else breaks on them."""
+    name = manifest.get("digest_algorithm", LEGACY)
+    return name if name in ALGORITHMS else LEGACY
 
 
 def canonical_json(obj: Any) -> str:
@@ -25,13 +41,13 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def tensor_digest(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> str:
-    """sha256 over canonical content: sorted names, dtype, shape, little-endian bytes, canonical metadata.
+def tensor_digest(tensors: dict[str, torch.Tensor], meta: dict[str, Any], algorithm: str = LEGACY) -> str:
+    """``algorithm`` over canonical content: sorted names, dtype, shape, little-endian bytes, canonical metadata.
 
-    Independent of the safetensors header layout, so two files with the same
-    content have the same digest whatever wrote them.
+    Independent of the safetensors header layout, so two files with the same content have the same digest
+    whatever wrote them. Both hashes drop the GIL while they read a tensor's bytes.
     """
-    h = hashlib.sha256()
+    h = ALGORITHMS[algorithm]()
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{list(t.shape)}|".encode())
@@ -41,26 +57,27 @@ def tensor_digest(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> str
     return h.hexdigest()
 
 
-def recording_digest(step_digests: Iterable[str]) -> str:
-    """The recording digest: sha256 of the step digests' hex strings, concatenated in step order."""
-    return hashlib.sha256("".join(step_digests).encode()).hexdigest()
+def recording_digest(step_digests: Iterable[str], algorithm: str = LEGACY) -> str:
+    """The recording digest: ``algorithm`` of the step digests' hex strings, concatenated in step order."""
+    return ALGORITHMS[algorithm]("".join(step_digests).encode()).hexdigest()
 
 
-Key = tuple[str, int, int, int]  # (resolved path, st_ino, st_size, st_mtime_ns) of a step file
+Key = tuple[str, int, int, int, str]  # (resolved path, st_ino, st_size, st_mtime_ns, algorithm) of a step file
 KNOWN_LIMIT = 1 << 18  # the most step digests remembered (~200 bytes each); the oldest go first
 _known: dict[Key, str] = {}
-_lock = threading.Lock()  # remembered from the read-ahead thread, looked up from the main thread
+_pending: dict[Key, Future] = {}  # digests being computed on the digest thread (stepfile.in_digest_thread)
+_lock = threading.Lock()  # remembered from the read-ahead and digest threads, looked up from the main thread
 
 
-def file_key(file: str | os.PathLike) -> Key | None:
-    """The registry key of ``file`` as it is now: (resolved path, inode, size, mtime in ns); None if it cannot
-    be stat'ed. Take it before reading the file, so a change during or after the read (or a file renamed over
+def file_key(file: str | os.PathLike, algorithm: str = LEGACY) -> Key | None:
+    """The registry key of ``file``'s ``algorithm`` digest as it is now: (resolved path, inode, size, mtime in
+    ns, algorithm); None if it cannot be stat'ed. Take it before reading the file, so a change during or after the read (or a file renamed over
     it) gives another key."""
     try:
         st = os.stat(file)
     except OSError:
         return None
-    return os.path.realpath(file), st.st_ino, st.st_size, st.st_mtime_ns
+    return os.path.realpath(file), st.st_ino, st.st_size, st.st_mtime_ns, algorithm
 
 
 def remember(key: Key | None, digest: str) -> None:
@@ -74,18 +91,46 @@ def remember(key: Key | None, digest: str) -> None:
             del _known[next(iter(_known))]
 
 
+def pending(key: Key | None, digest: Future, done: Callable[[], None] | None = None) -> None:
+    """Remember ``digest`` (a Future of the step digest) under ``key`` once it is computed, then call ``done``
+    (e.g. give a pinned read buffer back); :func:`known` and :func:`export` wait for it meanwhile."""
+    if key is not None:
+        with _lock:
+            _pending[key] = digest
+
+    def finished(f: Future) -> None:
+        if key is not None and f.exception() is None:
+            remember(key, f.result())
+        with _lock:
+            if _pending.get(key) is f:
+                del _pending[key]
+        if done is not None:
+            done()
+    digest.add_done_callback(finished)
+
+
 def known(key: Key | None) -> str | None:
-    """The step digest remembered under ``key`` (from :func:`file_key` now), or None."""
+    """The step digest remembered under ``key`` (from :func:`file_key` now; one being computed is waited for),
+    or None."""
     if key is None:
         return None
+    with _lock:
+        waiting = _pending.get(key)
+    if waiting is not None:  # its result, not _known: wait() may return before the callback remembered it
+        wait([waiting])
+        return None if waiting.exception() is not None else waiting.result()
     with _lock:
         return _known.get(key)
 
 
 def export() -> dict[Key, str]:
-    """A copy of every remembered digest (what a torchrun rank sends to rank 0)."""
+    """A copy of every remembered digest (what a torchrun rank sends to rank 0), after those being computed."""
     with _lock:
-        return dict(_known)
+        waiting = dict(_pending)
+    wait(list(waiting.values()))
+    with _lock:
+        known_now = dict(_known)
+    return {**known_now, **{k: f.result() for k, f in waiting.items() if f.exception() is None}}
 
 
 def absorb(digests: dict[Key, str]) -> None:

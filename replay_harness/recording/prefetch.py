@@ -5,8 +5,12 @@ replay holds only a few steps at a time: :class:`Prefetcher` yields ``(key, load
 daemon thread runs ``load`` on the next keys into a queue of at most ``depth`` items. At most
 ``depth + 2`` loaded items are alive at once (``depth`` queued, one being read, one being replayed), and
 the read of step i+1 overlaps the work on step i. :func:`read_step` is the usual ``load``: read and
-validate one step file (the validation touches every byte, so the thread does the whole read) and, for a
-CUDA target, copy it into pinned memory so the host-to-device copy can run asynchronously.
+validate one step file. For a CUDA target the file is read once into a reused pinned buffer
+(:class:`Staging`), the step's inputs are copied to the device on the reader's own stream and checked
+there, and the buffer goes back to the pool once the step digest (computed on the digest thread meanwhile,
+recording/digest.py) is done: the main thread gets a step already on its device and never waits for a
+read, a copy or a hash. Host memory then holds at most the staging buffers (two steps) besides the
+consumer's small tensors.
 
 Errors: an exception in ``load`` (a bad step file: ``InputError``) is raised in the consumer when it
 reaches that key, so the usual one-line message names the step that failed, after the steps before it
@@ -16,7 +20,6 @@ process. ``depth = 0`` reads synchronously (no thread).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import threading
@@ -115,20 +118,58 @@ class Prefetcher(Generic[K]):
                 break
 
 
-def pinned(step: Any) -> Any:
-    """``step`` (a Step) with every tensor in pinned (page-locked) host memory: ``.to(cuda)`` can then copy
-    asynchronously. Only call it when CUDA is present."""
-    fields = {f.name: getattr(step, f.name) for f in dataclasses.fields(step)}
-    return type(step)(**{k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
+class Staging:
+    """Pinned host buffers that reads for a CUDA device land in (reused: pinning memory is slow), and the
+    stream that copies a step's inputs from them to the device.
+
+    One reader thread calls :meth:`take` (through ``Recording.read``; it waits while every buffer is still
+    being hashed) and then :meth:`to_device`; the buffer goes back to the pool through the callable
+    :meth:`releaser` returned, once nothing reads it any more (the digest thread may call it later)."""
+
+    def __init__(self, device: torch.device, buffers: int = 2):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+        self._free: queue.Queue = queue.Queue()
+        for _ in range(buffers):
+            self._free.put(None)  # allocated on first use, at the size the step needs
+        self._taken: torch.Tensor | None = None
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        """A pinned uint8 buffer of at least ``nbytes`` (grown when too small)."""
+        buf = self._free.get()
+        if buf is None or buf.numel() < nbytes:
+            buf = None  # free the old one first: pinned memory is the scarce kind
+            buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
+        self._taken = buf
+        return buf
+
+    def releaser(self) -> Callable[[], None]:
+        """A callable that gives the buffer last taken back to the pool (a no-op when none is held)."""
+        buf, self._taken = self._taken, None
+        return (lambda: None) if buf is None else (lambda: self._free.put(buf))
+
+    def to_device(self, tensors: dict[str, torch.Tensor], inputs: Iterable[str]
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """(tensors with ``inputs`` on the device and the rest cloned to their own CPU memory, the tensors to
+        check: the same but with only the float rows on the device). Returns when the copies have landed."""
+        inputs = set(inputs)
+        main = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self.stream):
+            moved = {n: (t.to(self.device, non_blocking=True) if n in inputs else t.clone())
+                     for n, t in tensors.items()}
+        self.stream.synchronize()
+        for n in inputs & set(moved):
+            moved[n].record_stream(main)  # freed after the main stream's last use, not at the reader's
+        check = {n: (moved[n] if n in ("logits", "draft_logits") or n not in inputs else tensors[n].clone())
+                 for n in tensors}
+        return moved, check
 
 
-def read_step(rec: Any, index: int, pin: bool = False, stats: ReadStats | None = None) -> Any:
-    """``rec[index]`` (a StepRecord: read and validated), its inputs pinned when ``pin``; adds the file's
-    bytes and the seconds taken to ``stats``."""
+def read_step(rec: Any, index: int, staging: Staging | None = None, stats: ReadStats | None = None) -> Any:
+    """``rec.read(index)`` (a StepRecord: read and validated; on ``staging``'s device when given, see
+    :class:`Staging`); adds the file's bytes and the seconds taken to ``stats``."""
     start = time.perf_counter()
-    record = rec[index]
-    if pin:
-        record.step = pinned(record.step)
+    record = rec.read(index, staging) if staging is not None else rec[index]
     if stats is not None:
         stats.steps += 1
         stats.bytes += _size(record.file)
@@ -139,9 +180,10 @@ def read_step(rec: Any, index: int, pin: bool = False, stats: ReadStats | None =
 def units_ahead(recs: Any, units: Iterable[tuple[int, int]], device: torch.device | None = None,
                 depth: int | None = None, stats: ReadStats | None = None) -> Prefetcher[tuple[int, int]]:
     """The Prefetcher of (recording, step) ``units`` of several recordings ``recs``: ((r, i), StepRecord),
-    one read-ahead across recordings (the next recording's first step is read during the last one's)."""
-    pin = device is not None and device.type == "cuda"
-    return Prefetcher(units, lambda u: read_step(recs[u[0]], u[1], pin, stats), depth)
+    one read-ahead across recordings (the next recording's first step is read during the last one's).
+    ``device``: where the steps' inputs go (a CUDA device: read through a :class:`Staging`; else the CPU)."""
+    staging = Staging(device) if device is not None and device.type == "cuda" else None
+    return Prefetcher(units, lambda u: read_step(recs[u[0]], u[1], staging, stats), depth)
 
 
 def _size(path: os.PathLike) -> int:

@@ -50,11 +50,16 @@ Every problem raises :class:`replay_harness.errors.InputError` naming the
 recording's step file, the step and the field; nothing is written for that
 step and the Recorder stays usable (earlier steps are untouched).
 
+Both modes copy CUDA inputs to the host the same way (async_writer.snapshot: a
+side-stream copy into pinned memory, the logits' row maxima taken on the device
+first so the checks read no logit on the host) and write each step in one pass
+(stepfile.write_step_file: no serialised copy, the digest computed beside the
+write, the GIL released while bytes move).
+
 ``mode="async"`` takes the copy, the checks and the write out of the engine's
 loop (:mod:`replay_harness.recording.async_writer`): ``record_step`` snapshots the
-inputs (a side-stream copy into pinned memory for CUDA tensors) and returns; a
-writer thread runs the very same path as ``mode="sync"``, in order, so the step
-files and the digest are byte-identical. At most ``max_pending`` steps are in
+inputs and returns; a writer thread runs the very same path as ``mode="sync"``,
+in order, so the step files and the digest are byte-identical. At most ``max_pending`` steps are in
 flight; when they all are, ``when_full="block"`` waits and ``"drop"`` skips the
 step and counts it (manifest ``dropped_steps``). A step the writer thread
 refuses raises its InputError (the one the sync path raises) at the next
@@ -70,7 +75,7 @@ import numpy as np
 import torch
 
 from replay_harness.errors import InputError
-from replay_harness.recording.async_writer import WHEN_FULL, AsyncStepWriter
+from replay_harness.recording.async_writer import WHEN_FULL, AsyncStepWriter, Slot, snapshot
 from replay_harness.recording.schema import FIELD, FLOATS, ROUTE_CODE, STEPS_DIR, step_file_name
 from replay_harness.recording.store import Emitted, RecordingWriter, step_tensors
 from replay_harness.recording.step import SampleResult, Step
@@ -134,12 +139,20 @@ class Recorder:
                                        source=source, synthetic=synthetic, overwrite=overwrite)
         self._async = (AsyncStepWriter(self._write_step, max_pending=max_pending, when_full=when_full)
                        if mode == "async" else None)
+        self._slot = Slot() if mode == "sync" else None  # the synchronous mode's pinned host buffer
+        self.mode, self.when_full = mode, when_full
 
     # ------------------------------------------------------------------ public API
     @property
     def num_steps(self) -> int:
         """Steps written so far."""
         return len(self._writer._digests)
+
+    @property
+    def write_stats(self) -> dict[str, Any]:
+        """What the writer did so far: steps, bytes and seconds spent in the write path (check + write + fsync;
+        async: on the writer thread). ``bytes / seconds`` is the writer's throughput (manifest ``write_stats``)."""
+        return dict(self._writer.write_stats)
 
     @property
     def dropped(self) -> int:
@@ -171,6 +184,9 @@ class Recorder:
                     emitted_counts=emitted_counts, emitted_routes=emitted_routes, draft_logits=draft_logits,
                     meta=meta)
         if self._async is None:
+            if any(isinstance(v, torch.Tensor) and v.is_cuda for v in args.values()):
+                args = snapshot(args, self._slot, copy_host=False)
+                self._slot.wait()
             return self._write_step(engine_step, **args)
         self._async.submit(engine_step, args)
         self._raise_writer_error()
@@ -178,9 +194,10 @@ class Recorder:
 
     def _write_step(self, engine_step: int, logits, cu_num_logits, draft_token_ids, positions, temperature, top_k,
                     top_p, min_p, seed, request_ids, emitted_tokens, emitted_counts, emitted_routes, draft_logits,
-                    meta) -> Path | None:
+                    meta, row_max: dict[str, torch.Tensor] | None = None) -> Path | None:
         """The one path every step takes (the caller's thread in sync mode, the writer thread in async):
-        convert, validate, check the budget, write atomically."""
+        convert, validate, check the budget, write atomically. ``row_max``: the float rows' maxima taken on
+        the device by the snapshot (async_writer.ROW_MAX)."""
         if self.full:  # async: the budget ran out while this step was queued
             return None
         index = self.num_steps
@@ -224,7 +241,8 @@ class Recorder:
             if self.bytes_written + predicted + HEADER_ALLOWANCE > self.max_bytes:
                 self.full = True
                 return None
-        file = self._writer.write_step(step, emitted, meta={"engine_step": engine_step, **(meta or {})})
+        file = self._writer.write_step(step, emitted, meta={"engine_step": engine_step, **(meta or {})},
+                                       row_max=row_max)
         self.bytes_written += file.stat().st_size
         return file
 
@@ -246,7 +264,9 @@ class Recorder:
         if self._async is not None:
             self._async.stop()
             self._writer.manifest["dropped_steps"] = self._async.dropped
-        self._writer.close()
+        self._writer.close(engine={"calls": self.calls, "every": self.every, "mode": self.mode,
+                                   "when_full": self.when_full if self._async else None, "dropped": self.dropped,
+                                   "budget_full": self.full})
         self.closed = True
         self._raise_writer_error(keep_rest=True)
 

@@ -19,7 +19,7 @@ import torch
 RECORDING_SCHEMA = "replay.recording"
 STEP_SCHEMA = "replay.step"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 0
+SCHEMA_MINOR = 1  # 1 (2026-12-04): digest_algorithm, expected_tokens, write_stats (docs/FIXTURES.md)
 RECORDING_SCHEMA_ID = f"{RECORDING_SCHEMA}/{SCHEMA_MAJOR}"  # manifest.json "schema"
 STEP_SCHEMA_ID = f"{STEP_SCHEMA}/{SCHEMA_MAJOR}"            # each step file's metadata "schema"
 
@@ -37,7 +37,8 @@ class ManifestKey:
 
     kind      what its value must be: "schema" (the recording schema id, major checked by readers),
               "count" (int >= 0), "positive" (int >= 1), "name" (non-empty string), "bool", "object",
-              "digest" (64 lowercase hex characters)
+              "digest" (lowercase hex: 64 characters for sha256, 32 for xxh3-128), "algorithm" (a digest
+              algorithm's name), "expected" (the string "reference")
     closed    required only once the recording is closed (``complete`` is true); before, any value
     """
 
@@ -60,6 +61,9 @@ MANIFEST_KEYS = (
 # Optional keys: a writer may leave them out (readers take the default); when present, of their kind.
 OPTIONAL_MANIFEST_KEYS = (
     ManifestKey("dropped_steps", "count"),  # steps an asynchronous writer skipped, queue full; absent: 0
+    ManifestKey("digest_algorithm", "algorithm"),  # "sha256" (absent) or "xxh3-128"
+    ManifestKey("expected_tokens", "expected"),  # "reference": emitted_* hold the reference's tokens (synth)
+    ManifestKey("write_stats", "object"),  # what the writer did: steps, bytes, seconds, MBps (informative)
 )
 
 

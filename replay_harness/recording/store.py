@@ -14,24 +14,24 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save as st_save
 
 from replay_harness.errors import InputError
 from replay_harness.limits import (MAX_MANIFEST_BYTES, MAX_STEP_BYTES, MAX_VOCAB, enforce, os_reason, read_regular,
                                    regular_file)
 from replay_harness.recording import digest as registry
-from replay_harness.recording.digest import canonical_json, recording_digest, tensor_digest
+from replay_harness.recording.digest import algorithm_of, canonical_json, recording_digest, tensor_digest
 from replay_harness.recording.schema import (MANIFEST, METADATA_KEY, OPTIONAL_FIELDS, RECORDING_SCHEMA,
                                              RECORDING_SCHEMA_ID, SCHEMA_MAJOR, SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
                                              STEP_SCHEMA, STEP_SCHEMA_ID, STEPS_DIR, step_file_name)
 from replay_harness.recording.step import Step
+from replay_harness.recording.stepfile import (TMP_SUFFIX, atomic_write, encode_step, in_digest_thread, read_step_file,
+                                               write_step_file)
 from replay_harness.recording.validate import check_step
 
 __all__ = ["Emitted", "StepRecord", "RecordingWriter", "Recording", "step_tensors", "step_from_tensors",
@@ -61,36 +61,6 @@ class StepRecord:
     meta: dict[str, Any]
 
 
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
-
-
-TMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target (an orphan: a killed writer)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, rename over ``path``, fsync the folder.
-
-    The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600,
-    so a recording can be shared like any other file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def step_tensors(step: Step, emitted: Emitted | None = None) -> dict[str, torch.Tensor]:
     """The tensors of one step file by their fixture names (contiguous, on the CPU; schema.FIELDS order).
 
@@ -116,20 +86,13 @@ def step_metadata(index: int, extra: dict[str, Any] | None = None) -> dict[str, 
     return {"schema": STEP_SCHEMA_ID, "step": index, **(extra or {})}
 
 
-def encode_step(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bytes:
-    """The bytes of a step file: safetensors with ``meta`` as canonical JSON under the one metadata key."""
-    return st_save(tensors, metadata={METADATA_KEY: canonical_json(meta)})
-
-
-def load_step_file(file: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str | None]:
-    """Every tensor of a step file (memory-mapped) and its raw ``replay`` metadata string (None if absent).
+def load_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor] | None = None
+                   ) -> tuple[dict[str, torch.Tensor], str | None]:
+    """Every tensor of a step file and its raw ``replay`` metadata string (None if absent): stepfile.read_step_file.
 
     Raises what safetensors raises on a bad file; :meth:`Recording.read_tensors` turns that into an InputError.
     """
-    with safe_open(str(file), framework="pt") as f:
-        raw_meta = (f.metadata() or {}).get(METADATA_KEY)
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    return tensors, raw_meta
+    return read_step_file(file, alloc)
 
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
@@ -188,7 +151,8 @@ class RecordingWriter:
     ...     w.write_step(step, emitted)
 
     The manifest is written first with ``complete: false`` and rewritten on a
-    clean close with the step count and the recording digest.
+    clean close with the step count, the recording digest (``digest_algorithm`` xxh3-128) and
+    ``write_stats`` (steps, bytes, seconds in :meth:`write_step`).
     """
 
     def __init__(self, path: str | os.PathLike, *, vocab_size: int, rng_contract: str = "mrv2",
@@ -204,30 +168,45 @@ class RecordingWriter:
             "schema": RECORDING_SCHEMA_ID, "schema_minor": SCHEMA_MINOR,
             "vocab_size": int(vocab_size), "rng_contract": rng_contract, "synthetic": bool(synthetic),
             "source": source or {}, "complete": False, "num_steps": 0, "digest": None,
+            "digest_algorithm": registry.WRITTEN,
         }
         self._digests: list[str] = []
+        self.write_stats = {"steps": 0, "bytes": 0, "seconds": 0.0}  # what write_step did, and how long it took
         self._write_manifest()
 
     def _write_manifest(self) -> None:
-        _atomic_write(self.path / MANIFEST, (json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write(self.path / MANIFEST, [(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()])
 
-    def write_step(self, step: Step, emitted: Emitted, meta: dict[str, Any] | None = None) -> Path:
-        """Validate and write one step atomically; returns the file written."""
+    def write_step(self, step: Step, emitted: Emitted, meta: dict[str, Any] | None = None,
+                   row_max: dict[str, torch.Tensor] | None = None) -> Path:
+        """Validate and write one step atomically (stepfile.write_step_file: one pass, digest alongside);
+        returns the file written. ``row_max``: the logits' row maxima when the caller has them (computed on
+        the device before the copy: validate.check_step then reads no logit on the host)."""
+        start = time.perf_counter()
         index = len(self._digests)
         tensors = step_tensors(step, emitted)
         step_meta = step_metadata(index, meta)
         file = self.path / STEPS_DIR / step_file_name(index)
-        problems = [p for p in check_step(tensors, self.manifest["vocab_size"], file=file, step=index)
+        problems = [p for p in check_step(tensors, self.manifest["vocab_size"], file=file, step=index,
+                                          row_max=row_max)
                     if not p.warning]  # an all -inf row (warned by validate) is still recorded
         if problems:
             raise problems[0]
-        _atomic_write(file, encode_step(tensors, step_meta))
-        self._digests.append(tensor_digest(tensors, step_meta))
+        self._digests.append(write_step_file(file, tensors, step_meta, self.manifest["digest_algorithm"]))
+        stats = self.write_stats
+        stats["steps"] += 1
+        stats["bytes"] += sum(t.numel() * t.element_size() for t in tensors.values())
+        stats["seconds"] += time.perf_counter() - start
         return file
 
-    def close(self) -> None:
+    def close(self, engine: dict[str, Any] | None = None) -> None:
+        """Write the final manifest; ``engine``: what the recording engine saw, added to ``write_stats``."""
+        stats = self.write_stats
         self.manifest.update(complete=True, num_steps=len(self._digests),
-                             digest=recording_digest(self._digests))
+                             digest=recording_digest(self._digests, self.manifest["digest_algorithm"]),
+                             write_stats={**stats, "seconds": round(stats["seconds"], 6),
+                                          "MBps": round(stats["bytes"] / stats["seconds"] / 1e6, 1)
+                                          if stats["seconds"] else None, **({"engine": engine} if engine else {})})
         self._write_manifest()
 
     def __enter__(self) -> "RecordingWriter":
@@ -356,12 +335,27 @@ class Recording:
         for i in range(len(self)):
             yield self[i]
 
-    def read_tensors(self, index: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Raw tensors and metadata of one step (memory-mapped), schema checked, content not."""
+    @property
+    def digest_algorithm(self) -> str:
+        """The algorithm of this recording's content digests (manifest ``digest_algorithm``; absent: sha256)."""
+        return algorithm_of(self.manifest)
+
+    @property
+    def has_expected_tokens(self) -> bool:
+        """Does a recording without engine tokens hold the reference's tokens instead (``expected_tokens:
+        "reference"``, written by ``replay synth``)? ``replay run`` then compares with them, not the oracle."""
+        return self.manifest.get("expected_tokens") == "reference"
+
+    def read_tensors(self, index: int, alloc: Callable[[int], torch.Tensor] | None = None
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Raw tensors and metadata of one step (views into one buffer, ``alloc(nbytes)`` when given: see
+        stepfile.read_step_file), schema checked, content not."""
         file = self.files[index]
         check_step_file(file, index)
         try:
-            tensors, raw_meta = load_step_file(file)
+            tensors, raw_meta = load_step_file(file, alloc)
+        except InputError:
+            raise
         except Exception as e:  # safetensors raises its own error types for bad headers and short files
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise InputError(file, f"unreadable safetensors file (truncated or corrupt: {reason})", step=index) from None
@@ -380,16 +374,39 @@ class Recording:
         return tensors, meta
 
     def __getitem__(self, index: int) -> StepRecord:
-        """Step ``index``, read and schema checked. For a closed recording, the step digest of what was read
-        is remembered too (recording/digest.py), so the digest check need not read the step again."""
+        """Step ``index``, read and schema checked, on the CPU (:meth:`read`)."""
         if not 0 <= index < len(self):
             raise IndexError(index)
+        return self.read(index)
+
+    def read(self, index: int, staging: Any = None) -> StepRecord:
+        """Step ``index``, read and schema checked. With ``staging`` (prefetch.Staging: pinned buffers and a
+        CUDA stream) the file lands in a pinned buffer and the step's inputs are copied to that device; the
+        emitted tensors stay on the CPU. For a closed recording, the step digest of the bytes read is computed
+        on the digest thread beside the copy and the checks, and remembered (recording/digest.py), so the
+        digest check need not read the step again."""
         file = self.files[index]
-        key = registry.file_key(file) if self.needs_digest else None  # before the read (digest.file_key)
-        tensors, meta = self.read_tensors(index)
-        if key is not None and registry.known(key) is None:
-            registry.remember(key, tensor_digest(tensors, meta))  # hashlib drops the GIL: parallel in read-ahead
-        problems = [p for p in check_step(tensors, self.vocab_size, file=file, step=index, nan=self.nan,
+        algorithm = self.digest_algorithm
+        key = registry.file_key(file, algorithm) if self.needs_digest else None  # before the read (digest.file_key)
+        try:
+            tensors, meta = self.read_tensors(index, None if staging is None else staging.take)
+        except BaseException:
+            if staging is not None:
+                staging.releaser()()
+            raise
+        host, check, release = tensors, tensors, (lambda: None)
+        if staging is not None:
+            release = staging.releaser()
+            try:
+                tensors, check = staging.to_device(tensors, STEP_FIELDS + OPTIONAL_FIELDS)
+            except BaseException:
+                release()
+                raise
+        if key is not None and registry.known(key) is None:  # the host bytes read, hashed beside the checks
+            registry.pending(key, in_digest_thread(tensor_digest, host, meta, algorithm), release)
+        else:
+            release()
+        problems = [p for p in check_step(check, self.vocab_size, file=file, step=index, nan=self.nan,
                                           neg_inf=self.neg_inf) if not p.warning]
         if problems:
             raise problems[0]
@@ -400,11 +417,11 @@ class Recording:
         """The content digest of step ``index``: the one remembered when it was read (recording/digest.py) if
         the file has not changed since, else read, hashed and remembered now. An unreadable step raises its
         InputError (``quiet``: gives None)."""
-        key = registry.file_key(self.files[index])
+        key = registry.file_key(self.files[index], self.digest_algorithm)
         digest = registry.known(key)
         if digest is None:
             try:
-                digest = tensor_digest(*self.read_tensors(index))
+                digest = tensor_digest(*self.read_tensors(index), self.digest_algorithm)
             except InputError:
                 if quiet:
                     return None
@@ -413,6 +430,6 @@ class Recording:
         return digest
 
     def digest(self) -> str:
-        """Recording digest: sha256 of the per-step canonical digests, in step order (steps read since their
-        file last changed are not hashed again: :meth:`step_digest`)."""
-        return recording_digest(self.step_digest(i) for i in range(len(self)))
+        """Recording digest: the digest algorithm over the per-step canonical digests, in step order (steps read
+        since their file last changed are not hashed again: :meth:`step_digest`)."""
+        return recording_digest((self.step_digest(i) for i in range(len(self))), self.digest_algorithm)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from replay_harness.errors import InputError
-from replay_harness.recording.digest import recording_digest, tensor_digest
+from replay_harness.recording.digest import ALGORITHMS, HEX_DIGITS, algorithm_of, recording_digest, tensor_digest
 from replay_harness.recording.schema import (FIELDS, KNOWN_FIELDS, MANIFEST, MANIFEST_KEYS, METADATA_KEY,
                                              OPTIONAL_MANIFEST_KEYS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE,
                                              UNSUPPORTED_FIELDS, Field)
@@ -46,9 +46,15 @@ def is_neg_inf_row(problem: InputError) -> bool:
 
 
 def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step: int,
-               nan: str = "error", neg_inf: str = "warn") -> list[InputError]:
+               nan: str = "error", neg_inf: str = "warn",
+               row_max: dict[str, torch.Tensor] | None = None) -> list[InputError]:
     """All schema violations of one step; ``nan`` is "error" or "warn" for NaN logits, ``neg_inf`` the same
-    for a logits row that is all -inf (every token masked: one problem per row, docs/FIXTURES.md)."""
+    for a logits row that is all -inf (every token masked: one problem per row, docs/FIXTURES.md).
+
+    The float rows (``logits``, ``draft_logits``) may be on a CUDA device, the other tensors on the CPU; the
+    one pass over the rows then runs there. ``row_max``: their row maxima (``amax(1)``), when the caller
+    computed them already (the Recorder, on the device before its copy): then no row is read here unless
+    one holds a NaN."""
     out: list[InputError] = []
 
     def bad(field: str, message: str, warning: bool = False) -> None:
@@ -104,16 +110,17 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
     for name in ("logits", "draft_logits"):
         if name in t:
             x = t[name]
-            row_max = x.amax(1)
-            has_nan = bool(torch.isnan(row_max).any())
+            given = (row_max or {}).get(name)
+            maxima = given if given is not None and given.shape == x.shape[:1] else x.amax(1)
+            has_nan = bool(torch.isnan(maxima).any())
             if has_nan:
-                row = int(torch.nonzero(torch.isnan(row_max))[0])
+                row = int(torch.nonzero(torch.isnan(maxima))[0])
                 bad(name, f"NaN at row {row}", warning=(nan == "warn"))
-            if bool(torch.isposinf(x if has_nan else row_max).any()):
+            if bool(torch.isposinf(x if has_nan else maxima).any()):
                 bad(name, "+inf logit (only -inf is allowed, for masked tokens)")
             if name == "logits":
-                neg_inf_rows = torch.isneginf(x).all(1) if has_nan else torch.isneginf(row_max)
-    for row in torch.nonzero(neg_inf_rows).flatten().tolist():
+                neg_inf_rows = torch.isneginf(x).all(1) if has_nan else torch.isneginf(maxima)
+    for row in torch.nonzero(neg_inf_rows).flatten().cpu().tolist():
         bad("logits", f"{NEG_INF_ROW} {row}: every token masked (the reference emits token 0 there, as vLLM "
                       "does; --neg-inf-rows error rejects it)", warning=(neg_inf != "error"))
     drafts = t["draft_token_ids"].long()
@@ -188,9 +195,13 @@ def _manifest_value_problem(kind: str, value) -> str | None:
         return "must be true or false"
     if kind == "object" and not isinstance(value, dict):
         return "must be a JSON object"
-    if kind == "digest" and not (isinstance(value, str) and len(value) == 64
+    if kind == "digest" and not (isinstance(value, str) and len(value) in HEX_DIGITS.values()
                                  and all(c in "0123456789abcdef" for c in value)):
-        return "must be 64 lowercase hex characters (sha256)"
+        return "must be lowercase hex characters (64 for sha256, 32 for xxh3-128)"
+    if kind == "algorithm" and value not in ALGORITHMS:
+        return f"must be one of {', '.join(sorted(ALGORITHMS))}"
+    if kind == "expected" and value != "reference":
+        return 'must be "reference"'
     return None
 
 
@@ -211,6 +222,10 @@ def check_manifest(manifest: dict, file: Path) -> list[InputError]:
         why = _manifest_value_problem(key.kind, manifest[key.name])
         if why:
             out.append(InputError(file, f"{why}, got {json.dumps(manifest[key.name])[:60]}", field=key.name))
+    digest, algorithm = manifest.get("digest"), algorithm_of(manifest)
+    if closed and isinstance(digest, str) and not out and len(digest) != HEX_DIGITS[algorithm]:
+        out.append(InputError(file, f"{len(digest)} hex characters, but a {algorithm} digest has "
+                                    f"{HEX_DIGITS[algorithm]} (digest_algorithm)", field="digest"))
     return out
 
 
@@ -255,7 +270,7 @@ def close_problems(rec, digests: list[str] | None = None) -> list[InputError]:
             digests = [rec.step_digest(i) for i in range(len(rec))]
         except InputError:
             return []
-    if len(digests) == len(rec) and recording_digest(digests) != rec.manifest["digest"]:
+    if len(digests) == len(rec) and recording_digest(digests, rec.digest_algorithm) != rec.manifest["digest"]:
         # a warning: a foreign writer may canonicalize its metadata JSON differently (docs/FIXTURES.md)
         return [InputError(manifest, "content digest does not match the steps: a step file changed after the "
                            "recording was closed (or its writer computes the digest differently)", field="digest",
@@ -280,5 +295,5 @@ def check_recording(rec, nan: str = "error", neg_inf: str = "warn") -> list[Inpu
             continue
         problems.extend(check_metadata_keys(rec.files[i], i))
         problems.extend(check_step(tensors, rec.vocab_size, file=rec.files[i], step=i, nan=nan, neg_inf=neg_inf))
-        digests.append(tensor_digest(tensors, meta))
+        digests.append(tensor_digest(tensors, meta, rec.digest_algorithm))
     return problems + close_problems(rec, digests)

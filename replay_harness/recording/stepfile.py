@@ -1,0 +1,195 @@
+"""A step file's bytes: the one writer and the one reader of the safetensors layout (docs/FIXTURES.md).
+
+Writing (:func:`write_step_file`) is one pass over the tensor bytes, in the caller's thread with the GIL
+released: the JSON header is built here, then every tensor's bytes go from its own (host, often pinned)
+memory straight into a temp file with ``os.write`` (no serialised copy of the step), write-back of what
+was written is started every :data:`WRITEBACK_BYTES` (``posix_fadvise(DONTNEED)``, so the disk works while
+the rest is copied into the page cache and the final ``fsync`` waits for the tail only), and the content
+digest (digest.py) is computed on a second thread over the same memory at the same time. Then fsync,
+rename over the target, fsync the folder: a crash loses at most the step in flight.
+
+Tensors are laid out like safetensors' own writer lays them out (element size descending, then name), so
+every tensor starts at a multiple of its element size and a reader can view it in place.
+
+Reading (:func:`read_step_file`) lets safetensors check the header (every rule it enforces, its error
+messages), then reads the data region with one ``readinto`` pass into a single buffer (pinned when asked:
+the host-to-device copy then needs no second pass) and returns views into it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors import safe_open
+
+from replay_harness.recording.digest import canonical_json, tensor_digest
+from replay_harness.recording.schema import METADATA_KEY
+
+__all__ = ["write_step_file", "encode_step", "read_step_file", "file_header", "DTYPES", "TMP_SUFFIX"]
+
+TMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target (an orphan: a killed writer)
+CHUNK_BYTES = 16 << 20      # bytes handed to one os.write / readinto call
+WRITEBACK_BYTES = 16 << 20  # start the disk's write-back after every this many bytes written
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I32": torch.int32,
+          "I64": torch.int64, "I8": torch.int8, "U8": torch.uint8, "F64": torch.float64, "I16": torch.int16,
+          "BOOL": torch.bool}
+_NAMES = {v: k for k, v in DTYPES.items()}
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
+
+_hasher: ThreadPoolExecutor | None = None
+_hasher_lock = threading.Lock()
+
+
+def _hash_thread() -> ThreadPoolExecutor:
+    """The process's digest thread (created on first use; hashing drops the GIL, so it runs beside the write)."""
+    global _hasher
+    with _hasher_lock:
+        if _hasher is None:
+            _hasher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="replay-digest")
+        return _hasher
+
+
+def in_digest_thread(fn: Callable[..., str], *args: Any) -> Future:
+    """``fn(*args)`` on the digest thread (a Future)."""
+    return _hash_thread().submit(fn, *args)
+
+
+def _bytes_of(t: torch.Tensor) -> memoryview:
+    """The raw little-endian bytes of a contiguous CPU tensor, without a copy."""
+    if t.numel() == 0:
+        return memoryview(b"")
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _layout(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Names in file order: element size descending, then name (every offset a multiple of its element size)."""
+    return sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
+
+
+def file_header(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bytes:
+    """The 8-byte length and the JSON header of a step file holding ``tensors`` (contiguous, CPU) and ``meta``
+    (under the one ``replay`` metadata key), padded with spaces to a multiple of 8 bytes."""
+    header: dict[str, Any] = {"__metadata__": {METADATA_KEY: canonical_json(meta)}}
+    offset = 0
+    for name in _layout(tensors):
+        t = tensors[name]
+        if t.dtype not in _NAMES:
+            raise ValueError(f"{name}: dtype {t.dtype} has no safetensors name")
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
+def encode_step(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bytes:
+    """The whole step file in memory (small files: the steps sent to external impls, tests)."""
+    return b"".join([file_header(tensors, meta), *(_bytes_of(tensors[n]) for n in _layout(tensors))])
+
+
+def _write_all(fd: int, parts: list[memoryview]) -> None:
+    """Write ``parts`` in order to ``fd``, starting the disk's write-back every WRITEBACK_BYTES."""
+    written = started = 0
+    advise = getattr(os, "posix_fadvise", None)
+    for part in parts:
+        at = 0
+        while at < len(part):
+            n = os.write(fd, part[at:at + CHUNK_BYTES])
+            at += n
+            written += n
+            if advise is not None and written - started >= WRITEBACK_BYTES:
+                advise(fd, started, written - started, os.POSIX_FADV_DONTNEED)  # Linux: starts write-back
+                started = written
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, parts: list, fsync: bool = True) -> None:
+    """Write ``parts`` (bytes-like) to a temp file beside ``path``, fsync, rename over ``path``, fsync the folder.
+
+    The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+    try:
+        try:
+            os.fchmod(fd, 0o666 & ~_UMASK)
+            _write_all(fd, [memoryview(p) for p in parts])
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if fsync:
+        _fsync_folder(path.parent)
+
+
+def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], algorithm: str) -> str:
+    """Write one step file atomically; returns its content digest (``algorithm``, digest.py).
+
+    ``tensors``: contiguous CPU tensors by fixture name. The digest is computed on the digest thread while
+    this thread writes; both read the tensors' own memory (one pass each, no copy)."""
+    order = _layout(tensors)
+    digest = in_digest_thread(tensor_digest, tensors, meta, algorithm)
+    try:
+        atomic_write(path, [file_header(tensors, meta), *(_bytes_of(tensors[n]) for n in order)])
+    finally:
+        value = digest.result()  # never leave the digest thread reading memory the caller may reuse
+    return value
+
+
+def _header(file: Path) -> tuple[int, dict[str, Any]]:
+    """(data start, JSON header) of a safetensors file safetensors has already accepted."""
+    with open(file, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return 8 + n, json.loads(f.read(n).decode("utf-8"))
+
+
+def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor] | None = None
+                   ) -> tuple[dict[str, torch.Tensor], str | None]:
+    """Every tensor of a step file and its raw ``replay`` metadata string (None if absent).
+
+    safetensors checks the header first (raises its own errors on a bad file: the caller reports them);
+    then the data region is read once into ``alloc(nbytes)`` (a uint8 tensor; default ``torch.empty``, pass
+    one that returns pinned memory for a CUDA target) and each tensor is a view into it (a copy only where a
+    foreign writer left an offset that is not a multiple of the element size)."""
+    with safe_open(str(file), framework="pt") as f:
+        raw_meta = (f.metadata() or {}).get(METADATA_KEY)
+        names = list(f.keys())
+    start, header = _header(Path(file))
+    size = os.path.getsize(file) - start
+    buf = (alloc or (lambda n: torch.empty(n, dtype=torch.uint8)))(size)[:size]
+    view = memoryview(buf.numpy()) if size else memoryview(b"")
+    with open(file, "rb", buffering=0) as f:
+        f.seek(start)
+        at = 0
+        while at < size:
+            n = f.readinto(view[at:at + CHUNK_BYTES])
+            if not n:
+                raise ValueError(f"file shrank while read: {at} of {size} data bytes")
+            at += n
+    tensors = {}
+    for name in names:
+        info = header[name]
+        dtype, (lo, hi) = DTYPES[info["dtype"]], info["data_offsets"]
+        raw = buf[lo:hi]
+        if lo % torch.empty((), dtype=dtype).element_size():
+            raw = raw.clone()
+        tensors[name] = raw.view(dtype).reshape(info["shape"])
+    return tensors, raw_meta
