@@ -26,6 +26,10 @@ mkdir -p "$DIR"
     echo "== $(date -u +%T) tests on CUDA"
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_data_path.py tests/test_recorder_async.py \
       > "$OUT/tests.txt" 2>&1; echo "   -> exit $?"; tail -3 "$OUT/tests.txt"
+    for impl in stochastic reference; do  # every committed recording through the CUDA read path
+      timeout 200 python3 -m replay_harness.cli run fixtures/ --impl "$impl" --device cuda --quiet > "$OUT/fixtures-$impl.txt" 2>&1
+      echo "   replay run fixtures/ --impl $impl --device cuda -> exit $?"; tail -2 "$OUT/fixtures-$impl.txt"
+    done
   fi
   if [ -z "${SKIP_RECORDER:-}" ]; then
     echo "== $(date -u +%T) bench_recorder R=64,256"
