@@ -193,13 +193,29 @@ def _routes_text(cov: SideCoverage) -> str:
     return ", ".join(f"{r} {n}" for r, n in sorted(cov.requests_by_route.items())) or "no requests"
 
 
+def missed_routes(cov: SideCoverage) -> list[tuple[str, int, str]]:
+    """The stochastic routes a side's requests expected but none took: [(route, request-steps that expected
+    it, where they went)]. Counted from the routes taken and the routing violations ("expected -> got");
+    a request whose route is not reported ("unknown") is not counted either way."""
+    out = []
+    for route in STOCHASTIC_ROUTES:
+        went = {k.split(" -> ")[1]: v for k, v in cov.violations.items()
+                if k.startswith(f"{route} -> ") and not k.endswith("-> unknown")}
+        if went and cov.requests_by_route.get(route, 0) == 0:
+            out.append((route, sum(went.values()), ", ".join(f"{g} {n}" for g, n in sorted(went.items()))))
+    return out
+
+
 def judge(sides: list, coverage: dict[str, SideCoverage], measurements: list,
           expect_routes: Iterable[tuple[str | None, str]], device: torch.device,
           same_inputs: bool = False) -> Verdict:
     """The coverage guard. INCONCLUSIVE (reasons non-empty) when any of:
 
     1. no --expect-route given, and no request of the benchmark went down a stochastic route
-       (random-sample / stochastic-verify) in any side: the sampling path never ran;
+       (random-sample / stochastic-verify) in any side: the sampling path never ran; or, per route, a
+       side whose requests expected a stochastic route (T > 0 with drafts: stochastic-verify; T > 0
+       without: random-sample) took it for none of them (:func:`missed_routes`: e.g. greedy-only on a
+       temperature-1 recording with drafts, whose plain requests did sample);
     2. an --expect-route ROUTE (``A:ROUTE`` / ``B:ROUTE`` for one side) was taken by no request of a side
        it applies to;
     3. a side refused every request (it timed kernels with nothing to do);
@@ -223,8 +239,15 @@ def judge(sides: list, coverage: dict[str, SideCoverage], measurements: list,
                 if key in (None, s.key) and coverage[s.key].requests_by_route.get(route, 0) == 0:
                     reasons.append(f"--expect-route {route}: {s.label} sent no request down {route} "
                                    f"(its routes: {_routes_text(coverage[s.key])})")
-    elif measurements and not any(coverage[s.key].requests_by_route.get(r, 0) for s in sides
-                                  for r in STOCHASTIC_ROUTES):
+    elif measurements and any(coverage[s.key].requests_by_route.get(r, 0) for s in sides for r in STOCHASTIC_ROUTES):
+        for s in sides:
+            for route, expected, went in missed_routes(coverage[s.key]):
+                reasons.append(f"{s.label}: {expected} request-step(s) expected the {route} route (temperature > 0"
+                               f"{' with drafts' if route == 'stochastic-verify' else ', no drafts'}) and none "
+                               f"took it ({went}): the {route} path never ran for them, so its timing is of other "
+                               f"code. Name the path under test with --expect-route, or --drop-drafts to time plain "
+                               f"samples")
+    elif measurements:
         who = " and ".join(f"{s.label} ({_routes_text(coverage[s.key])})" for s in sides)
         reasons.append("no request went down a stochastic route (random-sample or stochastic-verify) in "
                        f"{who}: the sampling path never ran, so equal timings would not mean 'no difference'. "
