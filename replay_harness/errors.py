@@ -6,11 +6,36 @@ under test never ran, so a result would mean nothing: `replay bench`'s coverage 
 """
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
 EXIT_INCONCLUSIVE = 4
+
+
+EXIT_INTERRUPTED = 130
+
+# What may not reach a terminal raw (docs/HARDENING.md, "Printing what came from a file"): C0 controls
+# (newline, carriage return, ESC, BEL, NUL, ...), DEL, C1 controls, Unicode line and paragraph separators,
+# bidirectional overrides and isolates, and lone surrogates (undecodable bytes of a file name).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escaped(m: re.Match) -> str:
+    c = ord(m.group())
+    return {9: "\\t", 10: "\\n", 13: "\\r"}.get(c) or (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}")
+
+
+def printable(text: object) -> str:
+    """``str(text)`` safe to print as (part of) one line: every control character, line separator,
+    bidirectional override and lone surrogate written as a Python escape (``\\n``, ``\\x1b``, ``\\u2028``),
+    so a file or folder name or a string read from a file can neither end the line, forge another one,
+    nor drive the terminal. Printable text (tabs aside) is unchanged; JSON output needs none of this
+    (``json.dumps`` escapes it already)."""
+    text = str(text)
+    return _UNPRINTABLE.sub(_escaped, text) if _UNPRINTABLE.search(text) else text
 
 
 class ReplayError(Exception):

@@ -5,12 +5,14 @@ Every limit has a default that fits real use and an environment variable that ra
     REPLAY_MAX_VOCAB           1,048,576 tokens     vocab_size of a manifest, V of a step's logits
     REPLAY_MAX_STEP_BYTES      16 GiB               a step file, as its size on disk and as its header claims
     REPLAY_MAX_MANIFEST_BYTES  16 MiB               manifest.json
+    REPLAY_MAX_REPLY_BYTES     64 MiB               one reply line of an exec: program
+    REPLAY_MAX_STDERR_BYTES    64 MiB               an exec: program's stderr between two replies
 
 Limits are checked before anything is allocated (a header claiming 2 GiB is refused from its 8-byte
 length and its JSON, never by reading the 2 GiB). Exceeding one is an :class:`InputError` (exit 2)
 naming file, step, field, the limit and the variable. Only regular files are read (no FIFO, device or
 socket: opening one would block or never end); symlinks are followed and their target checked. No command
-writes into, over or around one of its inputs (:func:`check_output`).
+writes into, over or around one of its inputs, nor over a FIFO, socket or device (:func:`check_output`).
 """
 from __future__ import annotations
 
@@ -36,7 +38,12 @@ class Limit:
 MAX_VOCAB = Limit("vocabulary size", 1 << 20, "REPLAY_MAX_VOCAB", unit="tokens")
 MAX_STEP_BYTES = Limit("step file size", 16 << 30, "REPLAY_MAX_STEP_BYTES")
 MAX_MANIFEST_BYTES = Limit("manifest size", 16 << 20, "REPLAY_MAX_MANIFEST_BYTES")
-LIMITS = (MAX_VOCAB, MAX_STEP_BYTES, MAX_MANIFEST_BYTES)
+# What replay takes from an external program (`exec:`; docs/EXTERNAL.md, "Caps"): one reply line (the largest
+# real step, R = 65,536 requests, k = 16, V = 1,048,576, answers in about 11 MB), and the stderr it may write
+# between two replies (past either, the program is killed: exit 3).
+MAX_REPLY_BYTES = Limit("reply line", 64 << 20, "REPLAY_MAX_REPLY_BYTES")
+MAX_STDERR_BYTES = Limit("stderr between two replies", 64 << 20, "REPLAY_MAX_STDERR_BYTES")
+LIMITS = (MAX_VOCAB, MAX_STEP_BYTES, MAX_MANIFEST_BYTES, MAX_REPLY_BYTES, MAX_STDERR_BYTES)
 
 
 def value(limit: Limit) -> int:
@@ -104,11 +111,36 @@ def _overlap(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def check_output(out: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
-    """UsageError (exit 2) when the output ``out`` of ``option`` is, is inside, or contains one of ``inputs``:
-    writing (or --overwrite deleting) there would destroy an input. Checked before any work or deletion."""
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What an existing ``path`` is when it is neither a regular file nor a folder once symlinks are resolved
+    ("a FIFO", "a socket", "a character device", "a block device"); None otherwise (also when it does not
+    exist). Never opens it (opening a FIFO blocks)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((name for is_kind, name in _KINDS[:-1] if is_kind(mode)), None)
+
+
+def check_special_output(out: str | os.PathLike | None, option: str) -> None:
+    """UsageError (exit 2) when the output path ``out`` of ``option`` exists and is a FIFO, a socket or a
+    device (symlinks resolved): replay would block on it, or replace a node other programs use (docs/HARDENING.md,
+    "Output paths"). Nothing is opened, written or replaced."""
     if out is None:
         return
+    kind = special_kind(out)
+    if kind is not None:
+        raise UsageError(f"{option} {out}: is {kind}, not a regular file or folder; name a new path "
+                         "(nothing was written)")
+
+
+def check_output(out: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
+    """UsageError (exit 2) when the output ``out`` of ``option`` is a FIFO, a socket or a device
+    (:func:`check_special_output`), or is, is inside, or contains one of ``inputs``: writing (or --overwrite
+    deleting) there would destroy an input. Checked before any work or deletion."""
+    if out is None:
+        return
+    check_special_output(out, option)
     target = Path(os.path.realpath(out))
     for src in inputs:
         if src is None or not os.path.exists(src):

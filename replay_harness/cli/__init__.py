@@ -22,7 +22,7 @@ import typer
 from replay_harness.cli import (audit, bench, completion, conformance, impls, inspect, record, run, synth, validate,
                                 verify)
 from replay_harness.cli.common import CHECKED_JSON_FILE, Command, err, write_json_file
-from replay_harness.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, ReplayError
+from replay_harness.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, ReplayError, printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Record LLM decode steps and replay them through swappable sampler implementations; "
@@ -50,6 +50,7 @@ for command, short_help in COMMANDS:
 INTERRUPT_GRACE_S = 1.0  # after Ctrl-C, the seconds a command has to unwind before replay exits anyway
 _WAKEUP: list[socket.socket] = []  # the signal wakeup socket pair
 _REPORTED = threading.Event()  # "replay: interrupted" was printed (once, by whichever path gets there first)
+_SIGNALLED = threading.Event()  # SIGINT or SIGTERM arrived: an error it caused (a killed program) is exit 130
 
 
 def _version(value: bool) -> None:
@@ -70,7 +71,15 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """Record LLM decode steps and replay them through swappable sampler implementations."""
 
 
+def _kill_programs() -> None:
+    """SIGKILL the process group of every external program still running (``exec:`` impls), without waiting."""
+    external = sys.modules.get("replay_harness.impls.external")
+    if external is not None:
+        external.kill_all()
+
+
 def _interrupted() -> None:
+    _kill_programs()
     if not _REPORTED.is_set():
         _REPORTED.set()
         err.print("replay: interrupted")
@@ -78,15 +87,18 @@ def _interrupted() -> None:
 
 
 def _watch_interrupts() -> None:
-    """Ctrl-C ends every command within INTERRUPT_GRACE_S seconds with exit 130.
+    """Ctrl-C (and SIGTERM) ends every command within INTERRUPT_GRACE_S seconds with exit 130.
 
-    SIGINT raises KeyboardInterrupt in the main thread as usual (main prints "replay: interrupted"), but
-    Python runs signal handlers only between bytecodes: a main thread blocked in C (a torch kernel, a
-    Triton interpreter step, a read) would never see it. The C-level handler also writes the signal number
-    to a wakeup socket; a daemon thread reading it waits the grace period and then ends the process."""
+    SIGINT raises KeyboardInterrupt in the main thread as usual (main prints "replay: interrupted"), and so
+    does SIGTERM; but Python runs signal handlers only between bytecodes: a main thread blocked in C (a torch
+    kernel, a Triton interpreter step, a read) would never see it. The C-level handler also writes the signal
+    number to a wakeup socket; a daemon thread reading it kills every external program's process group at
+    once (an ``exec:`` impl and what it started) and then gives the command the grace period before it
+    ends the process."""
     if threading.current_thread() is not threading.main_thread():
         return
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
+    signal.signal(signal.SIGTERM, _terminate)
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     try:
@@ -99,7 +111,9 @@ def _watch_interrupts() -> None:
             data = reader.recv(64)
             if not data:
                 return
-            if signal.SIGINT in data:
+            if signal.SIGINT in data or signal.SIGTERM in data:
+                _SIGNALLED.set()
+                _kill_programs()
                 timer = threading.Timer(INTERRUPT_GRACE_S, _hard_exit)
                 timer.daemon = True  # a clean exit before the grace period ends is not held up
                 timer.start()
@@ -109,8 +123,14 @@ def _watch_interrupts() -> None:
     _WAKEUP[:] = [reader, writer]  # kept open for the life of the process
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM: the same as Ctrl-C (exit 130, no program left behind)."""
+    raise KeyboardInterrupt
+
+
 def _hard_exit() -> None:
     try:
+        _kill_programs()
         if not _REPORTED.is_set():
             _REPORTED.set()
             sys.stderr.write("replay: interrupted\n")
@@ -131,14 +151,16 @@ def _fail(line: str, code: int) -> None:
     PATH too, so no earlier run's document is left there), then exit with ``code``."""
     import json
 
-    err.print(line)
+    if _SIGNALLED.is_set() and code != 130:  # the error is the interrupt's doing (a program it killed)
+        _interrupted()
+    err.print(printable(line))  # one line: a newline or escape sequence from a path or a file is escaped
     doc = json.dumps({"error": line.removeprefix("replay: "), "exit_code": code}, sort_keys=True)
     if "--json" in sys.argv[1:]:
         print(doc)
     for path in CHECKED_JSON_FILE:
         try:
             write_json_file(path, doc)
-        except OSError:
+        except (OSError, ReplayError):
             pass
     sys.exit(code)
 
@@ -159,6 +181,21 @@ def _import_torch_holding_interrupts() -> None:
         signal.signal(signal.SIGINT, previous)
     if held:
         raise KeyboardInterrupt
+
+
+def _path_in_trace(e: BaseException) -> str | None:
+    """The file an OSError without a file name was about (a write that hit a full disk): the innermost frame
+    of its traceback holding a ``path``, ``file``, ``tmp`` or ``out`` variable that is a path."""
+    tb, frames = e.__traceback__, []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for name in ("path", "file", "tmp", "out"):
+            found = frame.f_locals.get(name)
+            if isinstance(found, (str, os.PathLike)) and str(found):
+                return os.fspath(found)
+    return None
 
 
 def main() -> None:
@@ -182,7 +219,8 @@ def main() -> None:
     except OSError as e:  # a path the user named: a file where a folder belongs (--out), no permission, ...
         if os.environ.get("REPLAY_DEBUG"):
             raise
-        where = f"{e.filename}: " if e.filename else ""
+        path = e.filename or _path_in_trace(e)
+        where = f"{path}: " if path else ""
         hint = " (a file where a folder is expected)" if e.errno == errno.ENOTDIR else ""
         bad_path = e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EACCES,
                                errno.EPERM, errno.ENAMETOOLONG, errno.EROFS)
@@ -215,6 +253,7 @@ def entry() -> None:
             sys.stderr.write(e.code + "\n")
     except KeyboardInterrupt:  # landed after main() had handled everything
         code = 130
+    _kill_programs()  # os._exit runs no finalizer: no external program may outlive replay
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

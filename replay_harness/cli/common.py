@@ -20,12 +20,25 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 from typer.core import TyperArgument, TyperCommand
 
-from replay_harness.errors import UsageError
+from replay_harness.errors import EnvironmentProblem, UsageError, printable
+
+
+
+class SafeConsole(Console):
+    """A rich Console that escapes every string it renders (:func:`replay_harness.errors.printable`): the
+    lines, table cells and titles of every command, so a path or a string that came from a file (a folder
+    named with a newline, a manifest holding an escape sequence) can neither forge a line nor drive the
+    terminal (docs/HARDENING.md, "Printing what came from a file")."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(printable(text), **kwargs)
+
 
 # stdout: tables and lines (wide when piped, so lines are not cut); stderr: progress, warnings, errors.
 # markup off: labels such as "stochastic[drop-drafts]" would otherwise be eaten as rich style tags.
-out = Console(highlight=False, markup=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+out = SafeConsole(highlight=False, markup=False, emoji=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() else 160)
+err = SafeConsole(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 
 PROGRESS_EVERY_S = 10.0  # off a terminal: seconds between progress lines (REPLAY_PROGRESS_EVERY overrides)
@@ -91,8 +104,8 @@ def progress(label: str, total: int | None = None, *, info: bool = False, quiet:
         except ValueError:
             every = PROGRESS_EVERY_S
         return LineProgress(label, every)
-    extra = [TextColumn("{task.fields[info]}")] if info else []
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), *extra, TimeElapsedColumn(),
+    extra = [TextColumn("{task.fields[info]}", markup=False)] if info else []
+    return Progress(TextColumn(printable(label).replace("{", "{{").replace("}", "}}"), markup=False), BarColumn(), MofNCompleteColumn(), *extra, TimeElapsedColumn(),
                     TimeRemainingColumn(), console=err, transient=True,
                     disable=quiet or (total is not None and total < 2))
 
@@ -213,10 +226,11 @@ def check_output_file(path: Optional[str], inputs: Any, option: str) -> None:
     there would destroy it)."""
     import os
 
-    from replay_harness.limits import check_output
+    from replay_harness.limits import check_output, check_special_output
 
     if path is None:
         return
+    check_special_output(path, option)  # a FIFO, socket or device: never opened, never replaced
     if os.path.isdir(path):
         raise UsageError(f"{option} {path}: is a folder; name a file")
     folder = os.path.dirname(os.path.abspath(path))
@@ -239,21 +253,34 @@ def check_json_file(path: Optional[str], inputs: Any = ()) -> None:
 
 def write_json_file(path: Optional[str], text: str) -> None:
     """Write ``text`` (a JSON document, as printed) to ``path`` atomically (a temp file beside it, then a
-    rename: a reader never sees half a document); nothing when ``path`` is None."""
+    rename: a reader never sees half a document); nothing when ``path`` is None. A FIFO, socket or device
+    that appeared at ``path`` since its check is left alone (UsageError, exit 2); a failed write (disk full,
+    the folder gone) is EnvironmentProblem (exit 3) naming ``--json-file PATH``."""
     import os
     import tempfile
 
+    from replay_harness.limits import check_special_output, os_reason
+
     if path is None:
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=os.path.dirname(os.path.abspath(path)))
+    check_special_output(path, "--json-file")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                   dir=os.path.dirname(os.path.abspath(path)))
         with os.fdopen(fd, "w") as f:
             f.write(text if text.endswith("\n") else text + "\n")
+        check_special_output(path, "--json-file")
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        tmp = None
+    except OSError as e:
+        raise EnvironmentProblem(f"--json-file {path}: cannot write the JSON document ({os_reason(e)})") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def device_opt(cpu_note: str) -> Any:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from replay_harness.cli.common import JsonFileOpt, JsonOpt, check_json_file, print_json
+from replay_harness.cli.common import JsonFileOpt, JsonOpt, check_json_file, out, print_json
 
 
 def synth(
@@ -14,7 +14,9 @@ def synth(
     vocab: int = typer.Option(..., "--vocab", metavar="V", help="Vocabulary size (up to 262,144)."),
     steps: int = typer.Option(2, "--steps", metavar="N", help="Steps to derive."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the resampling and the request seeds."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing recording at --out (written "
+                                   "beside it, swapped in once complete; never one that shares a file with "
+                                   "the input)."),
     as_json: JsonOpt = False,
     json_file: JsonFileOpt = None,
 ) -> None:
@@ -27,16 +29,31 @@ def synth(
     Example:
     replay synth fixtures/real-founding --out /tmp/v248k --batch 64 --drafts 4 --vocab 248320
     """
+    import os
+    from pathlib import Path
+
+    from replay_harness.limits import check_output
     from replay_harness.recording.derive import write_derived
     from replay_harness.recording.store import Recording
+    from replay_harness.recording.swap import check_replace, discard, staging_folder, swap_into_place
 
+    check_output(out_path, [source], "--out")  # a FIFO or a device; the input's own path, inside, around
+    check_replace(out_path, source, overwrite=overwrite)  # the input under another path; not a recording
     check_json_file(json_file, [source, out_path])
-    path = write_derived(source, out_path, batch=batch, drafts=drafts, vocab=vocab, steps=steps, seed=seed,
-                         overwrite=overwrite)
+    staged = staging_folder(out_path)
+    try:  # the new recording is written beside --out and swapped in once complete (never delete first)
+        write_derived(source, staged, batch=batch, drafts=drafts, vocab=vocab, steps=steps, seed=seed,
+                      overwrite=True)
+        check_replace(out_path, source, overwrite=overwrite)  # again: nothing may have moved in meanwhile
+        swap_into_place(staged, out_path)
+        staged = None
+    finally:
+        discard(staged)
+    path = os.path.realpath(out_path) if os.path.islink(out_path) else out_path
     manifest = Recording(path).manifest
     if as_json or json_file:
         print_json(manifest, json_file=json_file, stdout=as_json)  # --json: the derived manifest
     if not as_json:
         d = manifest["derived"]
-        print(f"wrote {path}: {steps} derived/synthetic step(s), R={batch} k={drafts} V={vocab} from {d['from']} "
-              f"(V={d['from_vocab_size']}); {d['argmax_draft_rows']} draft row(s) use the row argmax")
+        out.print(f"wrote {Path(out_path)}: {steps} derived/synthetic step(s), R={batch} k={drafts} V={vocab} from "
+                  f"{d['from']} (V={d['from_vocab_size']}); {d['argmax_draft_rows']} draft row(s) use the row argmax")

@@ -13,13 +13,17 @@ docs/EXTERNAL.md is the normative description; in short:
 * EOF on stdin means exit.
 
 Every failure of the program (no or bad handshake, crash, hang past the timeout, a reply that is not
-JSON, a wrong shape or value) raises :class:`ExternalImplError` (exit code 3) with one line naming the
-program, the step and what went wrong, quoting the last lines of its stderr. The process group is
-killed on any error and on :meth:`ExecSampler.close` (also at garbage collection and interpreter exit).
+JSON, a wrong shape or value, a reply line or a stderr flood over its cap) raises :class:`ExternalImplError`
+(exit code 3) with one line naming the program, the step and what went wrong, quoting the last lines of its
+stderr. The process group is killed (SIGKILL) on every exit path: an error, an exception or Ctrl-C while
+waiting for the program, :meth:`ExecSampler.close`, garbage collection, and :func:`kill_all` (which the
+command line calls on SIGINT / SIGTERM and before it exits). What replay buffers of the program's output
+is bounded: one reply line at most ``REPLAY_MAX_REPLY_BYTES`` (64 MiB), at most two such lines held, the
+last ``STDERR_KEPT`` (64 KiB) of stderr kept (the rest read and dropped), and at most
+``REPLAY_MAX_STDERR_BYTES`` (64 MiB) of stderr between two replies (docs/EXTERNAL.md, "Caps").
 """
 from __future__ import annotations
 
-import collections
 import json
 import math
 import os
@@ -38,6 +42,9 @@ import torch
 
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls.contract import Sampler
+from replay_harness.impls.external_io import (_EOF, _LIVE, _LIVE_LOCK, _OVERFLOW, _kill_group, _pump_lines,
+                                              _pump_stderr, kill_all)
+from replay_harness.limits import MAX_REPLY_BYTES, MAX_STDERR_BYTES, value
 from replay_harness.recording.schema import ROUTE_CODE, ROUTES
 from replay_harness.recording.step import SampleResult, Step
 from replay_harness.recording.store import encode_step, load_step_file, step_from_tensors, step_metadata, step_tensors
@@ -49,8 +56,6 @@ DEFAULT_REPLY_TIMEOUT_S = 60.0
 CLOSE_GRACE_S = 2.0        # after EOF on stdin, how long the program may take to exit before SIGKILL
 STDERR_LINES_QUOTED = 3    # last stderr lines quoted in an error
 MAX_QUOTE = 300            # characters of a bad line quoted in an error
-
-_EOF = object()
 
 
 class ExternalImplError(EnvironmentProblem):
@@ -121,8 +126,11 @@ class ExecSampler(Sampler):
         self.argv = parse_command(spec, impl_args)
         self.timeout = float(timeout)
         self._tmpdir = tempfile.mkdtemp(prefix="replay-exec-")
-        self._stderr: collections.deque[str] = collections.deque(maxlen=50)
-        self._lines: queue.Queue = queue.Queue()
+        self._stderr = bytearray()  # the last STDERR_KEPT bytes of the program's stderr
+        self._stderr_window = 0  # stderr bytes since the last reply (or the start)
+        self._flooded = threading.Event()  # stderr passed max_stderr between two replies: killed
+        self.max_reply, self.max_stderr = value(MAX_REPLY_BYTES), value(MAX_STDERR_BYTES)
+        self._lines: queue.Queue = queue.Queue(maxsize=1)  # with the line in the reader's hands: 2 held at most
         self._closed = False
         self._steps_sent = 0
         try:
@@ -132,11 +140,12 @@ class ExecSampler(Sampler):
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise ExternalImplError(f"impl '{self.label}': cannot start {self.argv[0]}: {e.strerror or e}",
                                     "crash") from None
+        with _LIVE_LOCK:
+            _LIVE[self._proc.pid] = self._proc
         # killed and cleaned up when garbage-collected or, at the latest, at interpreter exit
         self._finalizer = weakref.finalize(self, _shutdown, self._proc, self._tmpdir, 0.0)
-        threading.Thread(target=_pump_lines, args=(self._proc.stdout, self._lines), daemon=True).start()
-        self._stderr_thread = threading.Thread(target=_pump_stderr, args=(self._proc.stderr, self._stderr),
-                                               daemon=True)
+        threading.Thread(target=_pump_lines, args=(self._proc, self._lines, self.max_reply), daemon=True).start()
+        self._stderr_thread = threading.Thread(target=_pump_stderr, args=(self,), daemon=True)
         self._stderr_thread.start()
         self._recording = ""
         try:
@@ -184,7 +193,8 @@ class ExecSampler(Sampler):
 
     def _stderr_tail(self) -> str:
         self._stderr_thread.join(timeout=0.5)  # drain what the dead program wrote last
-        lines = [ln for ln in list(self._stderr) if ln.strip()][-STDERR_LINES_QUOTED:]
+        text = bytes(self._stderr).decode("utf-8", errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.strip()][-STDERR_LINES_QUOTED:]
         return ("; stderr: " + " | ".join(_clip(ln, 200) for ln in lines)) if lines else "; stderr: (empty)"
 
     def _exit_text(self) -> str:
@@ -204,8 +214,18 @@ class ExecSampler(Sampler):
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
             raise self._fail(f"no {what} within {timeout:g} s ({hint}); program killed", "timeout") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the program goes first
+            self._kill()
+            raise
+        if self._flooded.is_set():
+            raise self._fail(f"program wrote more than {self.max_stderr:,} bytes to stderr before its {what} "
+                             f"(REPLAY_MAX_STDERR_BYTES raises the cap); program killed", "overflow")
+        if line is _OVERFLOW:
+            raise self._fail(f"{what} is longer than {self.max_reply:,} bytes without a newline "
+                             f"(REPLAY_MAX_REPLY_BYTES raises the cap); program killed", "overflow")
         if line is _EOF:
             raise self._fail(f"program {self._exit_text()} before sending its {what}", "crash")
+        self._stderr_window = 0
         return line
 
     def _handshake(self, timeout: float) -> dict[str, Any]:
@@ -244,7 +264,12 @@ class ExecSampler(Sampler):
         except (BrokenPipeError, OSError):
             raise self._fail(f"program {self._exit_text()} before {where} was sent", "crash") from None
         line = self._read_line(self.timeout, f"reply to {where}", "--impl-timeout")
-        return self._parse_reply(line, step, where)
+        try:
+            return self._parse_reply(line, step, where)
+        except BaseException as e:
+            if not isinstance(e, ExternalImplError):
+                self._kill()  # Ctrl-C while parsing a huge reply: the program goes first
+            raise
 
     def _parse_reply(self, line: str, step: Step, step_where: str) -> SampleResult:
         where = f"reply to {step_where}"
@@ -319,24 +344,6 @@ def _clip(text: str, limit: int = MAX_QUOTE) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _pump_lines(stream, out: queue.Queue) -> None:
-    """Reader thread: stdout lines (decoded, newline stripped) into ``out``, then _EOF."""
-    try:
-        for raw in iter(stream.readline, b""):
-            out.put(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-    except (OSError, ValueError):
-        pass
-    out.put(_EOF)
-
-
-def _pump_stderr(stream, tail: collections.deque) -> None:
-    try:
-        for raw in iter(stream.readline, b""):
-            tail.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-    except (OSError, ValueError):
-        pass
-
-
 def sample_at(impl: Sampler, step: Step, index: int | None) -> SampleResult:
     """``impl.sample(step)``; an external impl is told ``index``, the recording's step number, so its
     messages quote that step (callers that send one step many times, like `replay verify`, use this)."""
@@ -358,8 +365,8 @@ def _shutdown(proc: subprocess.Popen, tmpdir: str, grace: float) -> None:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the program and anything it started
+        try:  # the program and anything it started (also when the program itself has exited: its group lives on)
+            os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         try:
@@ -367,4 +374,6 @@ def _shutdown(proc: subprocess.Popen, tmpdir: str, grace: float) -> None:
         except subprocess.TimeoutExpired:
             pass
     finally:
+        with _LIVE_LOCK:
+            _LIVE.pop(proc.pid, None)
         shutil.rmtree(tmpdir, ignore_errors=True)
