@@ -226,7 +226,7 @@ def test_a_request_where_nothing_could_be_tested_is_not_reported_as_ok(tmp_path)
     assert rc == 0, (out, err)
     row = next(x for x in out.splitlines() if "random-sample" in x)
     assert "not testable" in row and " 1.3 " in row and " ok " not in row
-    assert out.strip().splitlines()[-1].endswith("1 request(s) not testable")
+    assert "1 request(s) not testable" in out.strip().splitlines()[-1]  # (then: tests without power, if any)
 
 
 def test_parse_steps():

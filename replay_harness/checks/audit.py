@@ -63,7 +63,9 @@ TESTS = {
     "recurrence": ("reused-noise", "non-argmax tokens that repeat an earlier token of the request", "upper"),
     "rank-overlap": ("reused-noise", "non-argmax tokens whose probability-rank interval overlaps the previous "
                                      "token's", "upper"),
+    "loop": ("reused-noise", "tokens, the argmax included, that repeat an earlier token of the request", "upper"),
 }
+LOOP_TEST = "loop"  # fits reused noise locked on the argmax AND greedy decoding of a looping model: both named
 SCOPES = ("verify", "plain")  # T > 0 request-steps with drafts (stochastic-verify) / without (random-sample)
 
 
@@ -214,6 +216,9 @@ class _Collector:
             ids = torch.tensor(sorted(seen), dtype=torch.long)
             pi = float(probs[ids][~is_max[ids]].sum())
             self.terms["recurrence"].append(Term(index, rid, i, scope, pi, (t in seen) and not hit))
+            # the same count with the argmax kept: position-blind noise can lock a request in a loop whose
+            # token is also the argmax, which the count above (argmax left out) cannot see
+            self.terms[LOOP_TEST].append(Term(index, rid, i, scope, float(probs[ids].sum()), t in seen))
         seen.add(t)
         sorted_p, order = torch.sort(probs, descending=True, stable=True)
         hi = torch.cumsum(sorted_p, 0)
@@ -310,8 +315,10 @@ def _one_diagnosis(result: AuditResult, scopes_of: dict[int, set[str]] | None = 
     scopes (``scopes_of``: request id -> "verify" / "plain") is that symptom, not a second bug: it becomes
     a note saying so. (A greedy verifier emits only argmax tokens, which the reused-noise counts leave
     out, so it never triggers this.)"""
-    noisy = {r for f in result.findings if f.kind == "reused-noise" for r in f.request_ids}
-    scopes = {f.scope for f in result.findings if f.kind == "reused-noise"}
+    _both_mechanisms(result)
+    noise = [f for f in result.findings if f.kind == "reused-noise" and f.test != LOOP_TEST]
+    noisy = {r for f in noise for r in f.request_ids}
+    scopes = {f.scope for f in noise}
     if not noisy:
         return
     keep = []
@@ -325,6 +332,24 @@ def _one_diagnosis(result: AuditResult, scopes_of: dict[int, set[str]] | None = 
         else:
             keep.append(f)
     result.findings = keep
+
+
+def _both_mechanisms(result: AuditResult) -> None:
+    """A ``loop`` finding (tokens, argmax included, repeating earlier ones) and a greedy-at-temperature
+    finding on the same scope or requests fit two mechanisms: noise reused across positions that locks a
+    request in a loop on the argmax, and greedy decoding of a model that loops. Both stay findings, each
+    naming the other (``replay verify --impl`` on the engine's sampler tells them apart)."""
+    loops = [f for f in result.findings if f.test == LOOP_TEST]
+    greedy = [f for f in result.findings if f.kind == "greedy-at-temperature"]
+    for lf in loops:
+        for gf in greedy:
+            if lf.scope == gf.scope or set(lf.request_ids) & set(gf.request_ids):
+                if "also fits noise reused" not in gf.message:
+                    gf.message += ("; the evidence also fits noise reused across positions (a position-blind "
+                                   "sampler locked in a loop on the argmax: see the reused-noise loop finding)")
+                lf.message += ("; the evidence also fits greedy decoding at T > 0 of a looping model (see the "
+                               "greedy-at-temperature finding); `replay verify --impl` tells them apart")
+                break
 
 
 def _message(test: TestResult) -> str:

@@ -27,6 +27,11 @@ class Check:
     method: how p_value was computed: "binomial" (exact), "chi-squared" (approximate, far from the
     threshold only) or "monte-carlo" (``simulations`` multinomial draws; ``approx_p`` keeps the
     chi-squared value). passed: set by :func:`finalize` (p_value >= alpha / m).
+    floor_p: the smallest p-value any outcome could give in the direction of a bug (every pair coinciding;
+    every reached draft accepted; every trial on the most likely token: greedy at T > 0); floor_rate, the
+    rate r with floor ~ r^n, and floor_scale, trials of the request per counted event, give the trials that
+    would let it fall below a threshold. powered: set by :func:`finalize` (floor_p < threshold): a test that
+    passed without power is not a pass (docs/VERIFY.md, "Power floor").
     """
 
     kind: str
@@ -46,7 +51,23 @@ class Check:
     method: str | None = None
     simulations: int | None = None
     approx_p: float | None = None
+    floor_p: float | None = None
+    floor_rate: float | None = None
+    floor_scale: float = 1.0
+    powered: bool | None = None
     bins: Any = field(default=None, repr=False)  # distribution: [B] float64 bin probabilities (not in JSON)
+
+    def trials_for_power(self, threshold: float) -> int | None:
+        """About the trials per request with which an outcome in the bug's direction falls below
+        ``threshold`` (floor ~ 2 r^n); None when no number of trials does (r = 1)."""
+        import math
+
+        r = self.floor_rate
+        if r is None or r >= 1.0 - 1e-12:
+            return None
+        n = math.ceil(math.log(threshold / 2) / math.log(r))
+        t = math.ceil(n * self.floor_scale)
+        return t + t % 2
 
     @property
     def title(self) -> str:
@@ -124,11 +145,34 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.failures and not self.refused
 
+    @property
+    def powerless(self) -> list[Check]:
+        """Statistical tests that passed but could not have failed in the bug's direction (not passes)."""
+        return [c for c in self.checks if c.statistical and c.passed and c.powered is False]
+
+    @property
+    def powered(self) -> list[Check]:
+        return [c for c in self.checks if c.statistical and c.p_value is not None and c.powered is not False]
+
+    @property
+    def inconclusive(self) -> bool:
+        """Nothing failed, and no statistical test could have failed in a bug's direction (all powerless, or
+        none ran: every request greedy or not testable): no pass (exit 4)."""
+        return self.ok and not self.powered
+
+    def trials_needed(self) -> int | None:
+        """The --trials with which at least one powerless test could fail (None: none can)."""
+        needs = [c.trials_for_power(self.threshold) for c in self.powerless] if self.threshold else []
+        needs = [n for n in needs if n is not None]
+        return min(needs) if needs else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"impl": self.impl, "trials": self.trials, "seed": self.seed, "alpha": self.alpha, "drafts": self.drafts,
                 "per_test_threshold": self.threshold, "statistical_tests": self.num_statistical,
                 "monte_carlo_simulations": self.simulations,
                 "checks": len(self.checks), "failures": [c.to_dict() for c in self.failures],
+                "powerless_tests": len(self.powerless), "inconclusive": self.inconclusive,
+                "trials_needed": self.trials_needed(),
                 "refused": [{"recording": u.recording, "step": u.step, "request": u.request,
                              "request_id": u.request_id, "routes": u.routes} for u in self.refused],
                 "not_testable": [{"recording": u.recording, "step": u.step, "request": u.request,
@@ -158,4 +202,6 @@ def finalize(report: VerifyReport) -> VerifyReport:
             c.method = "monte-carlo"
             report.simulations += c.simulations
         c.passed = c.p_value >= report.threshold
+        if c.floor_p is not None:
+            c.powered = c.floor_p < report.threshold
     return report

@@ -48,3 +48,11 @@ def format_p(log10_p: float) -> str:
     if m >= 9.95:
         m, e = 1.0, e + 1
     return f"{m:.1f}e{e}"
+
+
+P_FLOOR = 1e-300  # float p-values below it (0 after underflow) print as "p < 1e-300", never "p = 0"
+
+
+def p_text(p: float) -> str:
+    """'p = 1.19e-05', or 'p < 1e-300' for a float p-value at or below the floor (an underflow is not 0)."""
+    return f"p < {P_FLOOR:g}" if p <= P_FLOOR else f"p = {p:.3g}"

@@ -19,6 +19,7 @@ Statistical checks form one family, judged by :func:`replay_harness.checks.repor
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -115,7 +116,7 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
             unit.status = "skipped"
             unit.notes.append("a target row has no finite logit after sampling params: no law to test against")
             continue
-        _check_positions(unit, where, tokens, counts, law, name)
+        _check_positions(unit, where, tokens, counts, law, name, step)
         if twins:
             _check_pairs(unit, where, "independence", first, other, law,
                          f"{name}: twin runs (same seed, other batch rows, positions shifted by {k + 1})")
@@ -227,8 +228,26 @@ def _check_greedy(unit: UnitReport, where: dict, tokens: np.ndarray, counts: np.
                              expected=1.0, observed=float(1 - bad.mean()), **where))
 
 
+def removed_by(step: Step, r: int, j: int, token: int) -> str:
+    """Which filter removed ``token`` from row j of request r: the filters applied one by one in the
+    reference's order (temperature, min-p, top-k, top-p), the first that leaves it -inf is named."""
+    one = step.select([r])
+    row = one.cu_num_logits.tolist()[0] + j
+    if not bool(torch.isfinite(one.logits[row, token].float())):
+        return "its recorded logit is -inf"
+    off = dict(min_p=torch.zeros_like(one.min_p), top_k=torch.zeros_like(one.top_k), top_p=torch.ones_like(one.top_p))
+    names = [("min_p", f"removed by min-p {float(one.min_p[0]):g}"), ("top_k", f"removed by top-k {int(one.top_k[0])}"),
+             ("top_p", f"removed by top-p {float(one.top_p[0]):g}")]
+    for i, (_, why) in enumerate(names):
+        keep = {f: getattr(one, f) for f, _ in names[:i + 1]}
+        x = apply_sampling_params(dataclasses.replace(one, **{**off, **keep}))
+        if not bool(torch.isfinite(x[row, token])):
+            return why
+    return "outside the support"
+
+
 def _check_positions(unit: UnitReport, where: dict, tokens: np.ndarray, counts: np.ndarray, law: RequestLaw,
-                     name: str) -> None:
+                     name: str, step: Step) -> None:
     k = len(law.drafts)
     for j in range(k + 1):
         reached = counts > j
@@ -243,8 +262,9 @@ def _check_positions(unit: UnitReport, where: dict, tokens: np.ndarray, counts: 
             tok = int(x[np.argmax(bad)])
             unit.checks.append(Check(kind="support", position=j, n=n, passed=False, expected=0.0,
                                      observed=float(bad.mean()),
-                                     message=f"{name} emitted token {tok} (probability 0 after sampling params) "
-                                             f"in {int(bad.sum())} of {n} trials reaching position {j}", **where))
+                                     message=f"{name} emitted token {tok} (probability 0 after sampling params: "
+                                             f"{removed_by(step, unit.request, j, tok)}) in {int(bad.sum())} of "
+                                             f"{n} trials reaching position {j}", **where))
             continue
         cs = chi_square(x, e)
         if cs is None:
@@ -255,9 +275,12 @@ def _check_positions(unit: UnitReport, where: dict, tokens: np.ndarray, counts: 
             tok = int(np.argmax(np.abs(obs - e)))
             what = "the argmax" if tok == int(np.argmax(e)) else (
                 "the draft" if j < k and not law.sampled and tok == law.drafts[j] else "token")
+            mode = float(cs.probs.max())  # bug direction: every trial on the most likely bin (greedy at T > 0)
+            floor = binomial_p(n, n, mode) if cs.exact else max(mode ** n, _chi2_sf(n * (1 - mode) / mode, cs.df))
             unit.checks.append(Check(
                 kind="distribution", position=j, n=n, statistic=cs.statistic, df=cs.df, p_value=cs.p_value,
                 expected=float(e[tok]), observed=float(obs[tok]), bins=cs.probs,
+                floor_p=floor, floor_rate=mode, floor_scale=counts.size / n,
                 method="binomial" if cs.exact else "chi-squared",
                 message=f"{name} emitted {what} ({tok}) in {_pct(obs[tok])} of {n} trials reaching position {j}; "
                         f"expected {_pct(e[tok])}", **where))
@@ -266,11 +289,21 @@ def _check_positions(unit: UnitReport, where: dict, tokens: np.ndarray, counts: 
             a = float(law.accept[j])
             drafted = "its drafts (drawn from q; expected sum min(p, q))" if law.sampled else \
                 f"draft {law.drafts[j]}"
+            direction = ("too many accepted: fits greedy verification of likely drafts or an acceptance uniform "
+                         "fixed low" if acc / n > a else "too few accepted: fits greedy verification of unlikely "
+                         "drafts, a wrong acceptance rule or a target / draft mix-up")
             unit.checks.append(Check(
                 kind="acceptance", position=j, n=n, statistic=float(acc), p_value=binomial_p(acc, n, a),
                 expected=a, observed=acc / n, method="binomial",
+                floor_p=binomial_p(n, n, a), floor_rate=a, floor_scale=counts.size / n,
                 message=f"{name} accepted {drafted} at position {j} in {_pct(acc / n)} of {n} trials "
-                        f"reaching it; expected {_pct(a)}", **where))
+                        f"reaching it; expected {_pct(a)}: {direction}", **where))
+
+
+def _chi2_sf(x: float, df: int) -> float:
+    from scipy.stats import chi2
+
+    return float(chi2.sf(x, df))
 
 
 def _check_pairs(unit: UnitReport, where: dict, kind: str, a: Outcomes, b: Outcomes, law: RequestLaw,
@@ -285,9 +318,32 @@ def _check_pairs(unit: UnitReport, where: dict, kind: str, a: Outcomes, b: Outco
     hits = int(same_outcome(a, b).sum())
     unit.checks.append(Check(
         kind=kind, position=None, n=n, statistic=float(hits), p_value=binomial_p(hits, n, c),
-        expected=c, observed=hits / n, method="binomial",
+        expected=c, observed=hits / n, method="binomial", floor_p=binomial_p(n, n, c), floor_rate=c,
+        floor_scale=2.0,
         message=f"{what} gave the same outcome in {_pct(hits / n)} of {n} pairs; expected {_pct(c)} for "
-                f"noise keyed by position", **where))
+                f"independent runs: {pair_diagnosis(kind, hits / n > c, unit, a)}", **where))
+
+
+def pair_diagnosis(kind: str, too_many: bool, unit: UnitReport, a: Outcomes) -> str:
+    """The direction of a twin / position test and every mechanism its evidence fits (docs/VERIFY.md,
+    "Reading a failure"): too few coincidences is a wrong marginal; too many is a run that ignores its
+    seed (greedy at T > 0: named first when the impl reported a greedy route or every run gave one
+    outcome) or noise reused where it should differ (independence: not keyed by position nor batch row;
+    position: keyed by batch row but not position)."""
+    if not too_many:
+        return "too few coincidences: a wrong marginal law (the distribution and acceptance tests say where)"
+    fits = []
+    greedy = [r for r in unit.routes if r.startswith("greedy")]
+    distinct = len({(int(c), tuple(t[:c])) for t, c in zip(a.tokens.tolist(), a.counts.tolist())})
+    if greedy:  # the impl said it decoded greedily: no noise was drawn, so none is to blame
+        return (f"too many coincidences; fits greedy decoding at temperature {unit.temperature:g} (route "
+                f"{','.join(greedy)}): the outcome does not depend on the seed (not evidence about the noise)")
+    if distinct == 1:
+        fits.append(f"a deterministic sampler: all {a.counts.size} runs gave one outcome whatever their seed "
+                    f"(greedy at T > 0, or the seed ignored)")
+    fits.append("noise that does not depend on the position (keyed by seed and batch row)" if kind == "position"
+                else "noise keyed without the position and the batch row (by seed and token alone)")
+    return "too many coincidences; fits " + "; or ".join(fits)
 
 
 def parse_steps(text: str | None, num_steps: int) -> list[int]:

@@ -124,9 +124,11 @@ def _print_summary(impl: str, against: str, paths: List[str], results: list, cod
         total.stochastic_skipped += c.stochastic_skipped
     line = f"{_VERDICT[code]}: {impl} against {against}: {total.summary(routes_only)}"
     if code == EXIT_INCONCLUSIVE:
-        line += (f"; no pass: run `replay verify {' '.join(paths[:3])}{' ...' if len(paths) > 3 else ''} "
-                 f"--impl {impl}` to test them statistically, or pass --routes-only to accept routes, refusals "
-                 f"and greedy tokens alone")
+        import shlex
+
+        line += (f"; no pass: run `replay verify {' '.join(map(shlex.quote, paths[:3]))}"
+                 f"{' ...' if len(paths) > 3 else ''} --impl {shlex.quote(impl)}` to test them statistically, or "
+                 f"pass --routes-only to accept routes, refusals and greedy tokens alone")
     out.print(line, soft_wrap=True)
 
 

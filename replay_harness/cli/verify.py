@@ -122,10 +122,10 @@ def verify(
         if isinstance(rec, Recording):
             warn_recording(rec)
     code = EXIT_OK if report.ok else EXIT_MISMATCH
-    if report.ok and not report.checks:
+    if report.inconclusive:  # nothing could have failed in a bug's direction: no pass (docs/VERIFY.md)
         code = EXIT_INCONCLUSIVE
     if as_json or json_file:
-        doc = {**report.to_dict(), "exit_code": code,
+        doc = {**report.to_dict(), "exit_code": code, "ok": code == EXIT_OK,
                "recordings": [{"path": label, "synthetic": syn, "steps": chosen}
                               for label, syn, _, chosen in sources]}
         print_json(doc, default=float, json_file=json_file, stdout=as_json)
@@ -144,27 +144,36 @@ def _runs(step, trials: int, twins: bool) -> int:
 
 
 def _fmt_p(p: float) -> str:
-    return "0" if p == 0 else f"{p:.3g}"
+    """A p-value cell: an underflow (p = 0.0 in floats) is "< 1e-300", never "0"."""
+    from replay_harness.checks.tails import P_FLOOR
+
+    return f"< {P_FLOOR:g}" if p <= P_FLOOR else f"{p:.3g}"
 
 
 def unit_result(u) -> str:
-    """The table's result cell: a request with no test run is "not testable", never "ok"."""
+    """The table's result cell: a request with no test run is "not testable", one whose statistical tests
+    all passed without power (none could have failed in a bug's direction) "no power", never "ok"."""
     if u.status == "refused":
         return "refused"
     if u.status in ("skipped", "untestable") or not u.checks:
         return "not testable"
-    return "FAIL" if u.failed else "ok"
+    if u.failed:
+        return "FAIL"
+    stat = [c for c in u.checks if c.statistical]
+    return "no power" if stat and all(c.powered is False for c in stat) else "ok"
 
 
 def _statistic(c, thr: float) -> str:
     """How a failed test's p-value came about: the statistic, the method and the threshold."""
+    from replay_harness.checks.tails import p_text
+
     if c.kind == "distribution":
         how = {"monte-carlo": f"Monte Carlo, {c.simulations} simulations; chi-squared approximation "
                               f"{_fmt_p(c.approx_p or 0.0)}", "binomial": "two bins: exact binomial"}.get(c.method,
                                                                                                    "chi-squared")
-        return f"chi2 = {c.statistic:.1f}, df = {c.df}, p = {_fmt_p(c.p_value)} < {thr:.2g}; {how}"
+        return f"chi2 = {c.statistic:.1f}, df = {c.df}, {p_text(c.p_value)} < {thr:.2g}; {how}"
     if c.statistical:
-        return f"binomial: {int(c.statistic)} of {c.n}, p = {_fmt_p(c.p_value)} < {thr:.2g}"
+        return f"binomial: {int(c.statistic)} of {c.n}, {p_text(c.p_value)} < {thr:.2g}"
     return "exact check"
 
 
@@ -201,5 +210,14 @@ def _print(report, sources, code: int) -> None:
                          f"{len(report.refused)} request(s) refused")
     if report.untestable:
         summary += f"; {len(report.untestable)} request(s) not testable"
+    if report.powerless:
+        summary += (f"; {len(report.powerless)} test(s) passed without power (no outcome could fall below the "
+                    f"threshold in a bug's direction: not counted as passes)")
     verdict = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[code]
-    out.print(f"{verdict}: {report.impl}: {summary}")
+    if code == EXIT_INCONCLUSIVE:
+        need = report.trials_needed()
+        summary += (": nothing here could have failed" + (
+            f"; raise --trials to {need}" if need else
+            "; more trials cannot help (every request greedy, not testable or certain): verify other steps or "
+            "recordings with temperature > 0 requests"))
+    out.print(f"{verdict}: {report.impl}: {summary}", soft_wrap=True)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from replay_harness.checks.report import VerifyReport, finalize
+from replay_harness.checks.tails import p_text
 from replay_harness.checks.verify import verify_step
 from replay_harness.recording.store import Recording
 
@@ -56,6 +57,6 @@ def check_vectors(impl: Any, vectors: list[tuple[Any, Recording]], device: torch
             lines[v].append(f"{where}: refused ({'; '.join(u.notes)})")
         for c in u.failed:
             at = "" if c.position is None else f", position {c.position}"
-            p = "" if c.p_value is None else f" (p = {c.p_value:.3g} < {report.threshold:.2g})"
+            p = "" if c.p_value is None else f" ({p_text(c.p_value)} < {report.threshold:.2g})"
             lines[v].append(f"{where}{at}: {c.title} failed{p}: {c.message}")
     return lines, report
