@@ -29,12 +29,13 @@ def fuzz(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict, s
 
 
 def test_a_seeded_sample_of_corrupted_recordings_fails_nothing(tmp_path):
-    code, doc, text = fuzz(tmp_path, "--cases", "40", "--seed", "7", "--per-case", "1", "--subprocess-every", "0")
+    code, doc, text = fuzz(tmp_path, "--cases", "48", "--seed", "7", "--per-case", "1", "--subprocess-every", "0")
     assert doc["failures"] == [], text
-    assert code == 0 and doc["failed"] == 0 and doc["cases"] == 40
-    # every corruption kind ran (40 cases rotate over the 20 kinds), every read command ran
-    assert len(doc["by_kind"]) == 20 and min(doc["by_kind"].values()) == 2
-    assert set(doc["by_command"]) == {"validate", "inspect", "run", "audit", "bench"}
+    assert code == 0 and doc["failed"] == 0 and doc["cases"] == 48
+    # every kind ran (48 cases rotate over the 20 corruption and 4 attack kinds), every read command ran
+    assert len(doc["by_kind"]) == 24 and min(doc["by_kind"].values()) == 2
+    assert {"validate", "inspect", "run", "audit", "bench"} <= set(doc["by_command"])
+    assert doc["forged_lines"] == doc["orphans"] == doc["modified_inputs"] == 0
     # bad input was refused as bad input, and the controls passed
     assert doc["exit_codes_by_kind"]["valid"] == {"0": 2}
     refused = ("fifo-in-place", "oversize-manifest", "sparse-oversize", "truncated-step")
@@ -47,9 +48,9 @@ def test_the_driver_reports_each_kind_of_failure(tmp_path):
     """Deliberately broken commands (tools/fuzz/worker.py, selftest-*) on one case: a write into the
     input, an escaped exception, an internal error (exit 3), memory past the bound and a hang must each
     be reported, and make the run exit 1."""
-    # case 19 (kind "valid") starts the rotation at the 5th command: modify, raise, exit3, memory, then hang
-    commands = "selftest-raise,selftest-exit3,selftest-memory,selftest-hang,selftest-modify"
-    code, doc, text = fuzz(tmp_path, "--only", "19", "--commands", commands, "--per-case", "5",
+    # case 19 (kind "valid") starts the rotation at the 2nd command: modify, raise, exit3, memory, forged, then hang
+    commands = "selftest-hang,selftest-modify,selftest-raise,selftest-exit3,selftest-memory,selftest-forged"
+    code, doc, text = fuzz(tmp_path, "--only", "19", "--commands", commands, "--per-case", "6",
                            "--subprocess-every", "0", "--timeout", "4")
     assert code == 1, text
     by_command = {f["command"]: set(f["problems"]) for f in doc["failures"]}
@@ -58,6 +59,7 @@ def test_the_driver_reports_each_kind_of_failure(tmp_path):
     assert {"exit-3", "internal-error"} <= by_command["selftest-exit3"]
     assert "rss" in by_command["selftest-memory"]
     assert "hang" in by_command["selftest-hang"]
+    assert "forged-line" in by_command["selftest-forged"]
     assert doc["hangs"] == 1 and doc["tracebacks"] == 1 and doc["modified_inputs"] == 1 and doc["rss_over_bound"] == 1
 
 

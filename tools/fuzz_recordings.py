@@ -44,12 +44,18 @@ START_TIMEOUT_S = 180.0
 SUBPROCESS_EXTRA_S = 30.0  # a child's start-up (imports) on a loaded machine
 
 
+EXEC_CHILD_EVERY = 8  # exec-hostile cases: one in 8 runs as a child (half of those get a SIGINT)
+
+
 def plan_for(index: int, commands: list[str], per_case: int, subprocess_every: int) -> list[tuple[str, str]]:
     """The (command, mode) list case ``index`` runs: ``per_case`` commands in rotation in-process, or, for
-    about one case in ``subprocess_every`` (drawn from the index), one command as a child process, half of
-    them interrupted."""
+    about one case in ``subprocess_every`` (drawn from the index; one in EXEC_CHILD_EVERY of the exec-hostile
+    kind, whose Ctrl-C and orphan behaviour only a child shows), one command as a child process, half of them
+    interrupted."""
     pick = random.Random(f"plan/{index}")  # not index mod M: that would tie child cases to one kind
-    if subprocess_every and pick.randrange(subprocess_every) == 0:
+    kinds = list(cases.KINDS)
+    every = EXEC_CHILD_EVERY if kinds[index % len(kinds)] == "exec-hostile" and subprocess_every else subprocess_every
+    if every and pick.randrange(every) == 0:
         return [(pick.choice(commands), pick.choice(["subprocess", "sigint"]))]
     return [(commands[(index + j) % len(commands)], "inproc") for j in range(min(per_case, len(commands)))]
 
@@ -89,6 +95,7 @@ class Summary:
                                                          "max_rss_grown_kb": 0, "max_rss_peak_kb": 0})
         self.problems, self.failures = Counter(), []
         self.cases_done, self.workers = 0, {}
+        self.max_interrupt_s = 0.0  # SIGINT to exit of a child, the longest
 
     def case_built(self, info: dict) -> None:
         kind, *extra = info["kind"].split("+")
@@ -103,6 +110,8 @@ class Summary:
         c["max_rss_grown_kb"] = max(c["max_rss_grown_kb"], res["rss_grown_kb"])
         c["max_rss_peak_kb"] = max(c["max_rss_peak_kb"], res["rss_peak_kb"])
         self.by_mode[res["mode"]] += 1
+        if res.get("interrupt_s") is not None and res.get("code") is not None:
+            self.max_interrupt_s = max(self.max_interrupt_s, res["interrupt_s"])
         self.kind_codes[info.get("kind", "?").split("+")[0]][str(res["code"])] += 1
         for p in res["problems"]:
             self.problems[p] += 1
@@ -136,6 +145,9 @@ class Summary:
             "startup_interrupts": self.problems["startup-interrupt"],
             "hangs": self.problems["hang"], "tracebacks": self.problems["traceback"],
             "modified_inputs": self.problems["modified"], "rss_over_bound": self.problems["rss"],
+            "forged_lines": self.problems["forged-line"], "orphans": self.problems["orphan"],
+            "slow_interrupts": self.problems["slow-interrupt"],
+            "max_interrupt_s": round(self.max_interrupt_s, 3),
             "max_rss_grown_kb": max((v["max_rss_grown_kb"] for v in cmd.values()), default=0),
             "max_rss_peak_kb": max((v["max_rss_peak_kb"] for v in cmd.values()), default=0),
             "max_wall_s": max((v["max_wall_s"] for v in cmd.values()), default=0.0),
@@ -251,8 +263,26 @@ def _handle(s: Slot, msg: tuple, summary: Summary, args) -> None:
                 summary.failures[-1]["problems"] = ["worker-died"]
         s.kill()
         if s.case is not None:
+            _kill_programs(Path(s.args[0]) / f"case-{s.case}")
             tree.remove(Path(s.args[0]) / f"case-{s.case}")
         s.proc, s.ready, s.case, s.deadline = None, False, None, float("inf")
+
+
+def _kill_programs(root: Path) -> None:
+    """A killed worker's exec programs (tools/fuzz/hostile_kinds.py) are not left running."""
+    import signal
+
+    from tools.fuzz.hostile_kinds import alive_in
+
+    try:
+        groups = [int(x) for x in (root / "pgids").read_text().split()]
+    except (OSError, ValueError):
+        return
+    for pid in alive_in(groups):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _cmd_timeout(s: Slot, args) -> float:

@@ -6,7 +6,9 @@ Every corruption writes real files: truncations, flipped bytes, safetensors head
 offsets, sparse files claiming GiBs past REPLAY_MAX_STEP_BYTES), wrong dtypes / shapes / fields / values per
 replay_harness/recording/schema.py, NaN and -inf rows, broken or oversize manifests, FIFOs, symlinks (to
 /dev/zero, to a FIFO, loops, dangling), files and folders without permission, temp-file leftovers,
-duplicate / missing / stray step indices, and big-but-legal sparse steps (to bound peak RSS).
+duplicate / missing / stray step indices, and big-but-legal sparse steps (to bound peak RSS); and attacks
+beyond the recording (tools/fuzz/hostile_kinds.py): control characters in names and strings, special files
+as output paths, `synth --overwrite` onto its own input, hostile `exec:` programs.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from tools.fuzz.files import FUZZ_LIMITS, REPO, Case, MiB, steps_of
 from tools.fuzz.folder_kinds import (bad_manifest, fifo_in_place, oversize_manifest, step_indices, symlinks,
                                      tmp_leftovers, unreadable, valid)
+from tools.fuzz.hostile_kinds import control_chars, exec_hostile, special_output, synth_overwrite
 from tools.fuzz.step_kinds import (bad_step_metadata, bad_values, garbled_bytes, garbled_header_json, huge_shape_claim,
                                    missing_or_extra_field, nonfinite_rows, sparse_oversize, sparse_within_limit,
                                    truncated_step, wrong_dtype, wrong_shape)
@@ -35,12 +38,14 @@ def fixtures() -> list[Path]:
 KINDS = {f.__name__.replace("_", "-"): f for f in (
     truncated_step, garbled_bytes, garbled_header_json, huge_shape_claim, sparse_oversize, sparse_within_limit,
     wrong_dtype, wrong_shape, missing_or_extra_field, nonfinite_rows, bad_values, bad_step_metadata, bad_manifest,
-    oversize_manifest, fifo_in_place, symlinks, unreadable, tmp_leftovers, step_indices, valid)}
+    oversize_manifest, fifo_in_place, symlinks, unreadable, tmp_leftovers, step_indices, valid,
+    control_chars, special_output, synth_overwrite, exec_hostile)}
 STACKABLE = ("truncated-step", "garbled-bytes", "wrong-dtype", "wrong-shape", "nonfinite-rows", "bad-values",
              "bad-step-metadata", "bad-manifest", "tmp-leftovers", "step-indices", "missing-or-extra-field")
 
 
-NOT_STACKED = ("valid", "sparse-within-limit", "sparse-oversize", "oversize-manifest", "fifo-in-place", "symlinks")
+NOT_STACKED = ("valid", "sparse-within-limit", "sparse-oversize", "oversize-manifest", "fifo-in-place", "symlinks",
+               "control-chars", "special-output", "synth-overwrite", "exec-hostile")
 
 
 def case_rng(seed: int, index: int) -> random.Random:
@@ -66,7 +71,7 @@ def build_case(root: Path, seed: int, index: int) -> Case:
             case.kind += "+" + extra
         except Exception as e:  # the first corruption left nothing the second can parse
             case.notes.append(f"({extra} skipped: {type(e).__name__})")
-    if rng.random() < 0.05:
+    if rng.random() < 0.05 and case.argv is None:
         case.paths = case.paths * 2  # the same recording named twice
     for path, mode in sorted(case.chmods, key=lambda c: -len(c[0].parts)):  # inside a folder before the folder
         if os.path.lexists(path):  # a stacked corruption may have removed it

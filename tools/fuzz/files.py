@@ -32,6 +32,9 @@ class Case:
     limits: dict[str, int | None]
     notes: list[str] = field(default_factory=list)
     chmods: list[tuple[Path, int]] = field(default_factory=list)  # applied last (a 000 folder blocks writes)
+    argv: list[list[str]] | None = None  # command lines run instead of the read commands (tools/fuzz/hostile_kinds.py)
+    exclude: list[str] = field(default_factory=list)  # snapshot paths ("./out") a command may legitimately change
+    pgid_file: Path | None = None  # where an exec program appends its process group (orphans are looked for)
 
 
 # ----------------------------------------------------------------------------- raw safetensors

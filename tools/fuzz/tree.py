@@ -65,11 +65,11 @@ def snapshot(root: str | os.PathLike) -> dict[str, Entry]:
             out[rel] = ("file", mode, st.st_size, _with_mode(path, mode, 0o400, lambda: _data_digest(path, st.st_size)))
         elif stat.S_ISDIR(st.st_mode):
             names = sorted(_with_mode(path, mode, 0o500, lambda: os.listdir(path)))
-            out[rel] = ("dir", mode, 0, hashlib.sha256("\0".join(names).encode()).hexdigest())
+            out[rel] = ("dir", mode, 0, hashlib.sha256(os.fsencode("\0".join(names))).hexdigest())
             _with_mode(path, mode, 0o500, lambda: [visit(os.path.join(path, n), f"{rel}/{n}") for n in names])
         else:
             kind = "fifo" if stat.S_ISFIFO(st.st_mode) else "special"
-            out[rel] = (kind, mode, 0, "")
+            out[rel] = (kind, mode, 0, f"{st.st_ino}:{st.st_rdev}")  # replaced by another node: a change
 
     visit(root, ".")
     return out

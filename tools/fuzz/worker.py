@@ -29,11 +29,20 @@ import traceback
 from pathlib import Path
 
 from tools.fuzz import cases, tree
+from tools.fuzz.hostile_kinds import alive_in, program_groups
 
 ALLOWED_EXIT = {0, 1, 2, 4}
+EXEC_KINDS = ("exec-hostile",)  # an external program failing is exit 3 (environment), by the book
+# A raw control character in anything replay printed (tab and line ends aside): a forged line or a terminal
+# escape that came from a path or a file (docs/HARDENING.md, "Printing what came from a file").
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+FORGED = ("replay: error: FORGED", "FORGED")
+SLOW_INTERRUPT_S = 1.2  # SIGINT to exit, at most (the 1.0 s grace of cli._watch_interrupts, plus slack)
+ORPHAN_WAIT_S = 1.0
 ERROR_LINE = re.compile(r"^replay: (error|usage error|internal error):")
 OK_STDERR = re.compile(r"^replay[: ]")  # errors, warnings, info and progress lines all start so
-SELFTEST = ("selftest-modify", "selftest-raise", "selftest-hang", "selftest-memory", "selftest-exit3")
+SELFTEST = ("selftest-modify", "selftest-raise", "selftest-hang", "selftest-memory", "selftest-exit3",
+            "selftest-forged")
 
 
 def rss_bound_kb(limits: dict[str, int] | None = None) -> int:
@@ -130,6 +139,9 @@ def _selftest(command: str, paths: list[str]) -> None:
     elif command == "selftest-memory":
         block = bytearray(rss_bound_kb() * 1024 + 64 * cases.MiB)
         block[::4096] = b"x" * len(block[::4096])
+    elif command == "selftest-forged":
+        print("replay: error: a path printed raw\nreplay: error: FORGED \x1b[2J", file=sys.stderr)
+        sys.exit(2)
     elif command == "selftest-exit3":
         print("replay: internal error: RuntimeError: selftest", file=sys.stderr)
         sys.exit(3)
@@ -170,7 +182,7 @@ def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None) 
         t0 = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "replay_harness.cli", *argv], stdout=fo, stderr=fe,
                                 stdin=subprocess.DEVNULL)
-        code, rusage, sent = None, None, False
+        code, rusage, sent, sent_at = None, None, False, 0.0
         while True:
             pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             elapsed = time.monotonic() - t0
@@ -179,7 +191,7 @@ def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None) 
                 break
             if sigint_after is not None and not sent and elapsed >= sigint_after:
                 os.kill(proc.pid, signal.SIGINT)
-                sent = True
+                sent, sent_at = True, elapsed
             if elapsed > timeout:
                 os.kill(proc.pid, signal.SIGKILL)
                 _, _, rusage = os.wait4(proc.pid, 0)
@@ -189,11 +201,12 @@ def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None) 
         fo.seek(0), fe.seek(0)
         return {"code": code, "stdout": fo.read().decode(errors="replace"), "stderr": fe.read().decode(errors="replace"),
                 "wall_s": time.monotonic() - t0, "rss_before_kb": 0, "rss_peak_kb": rusage.ru_maxrss,
-                "sigint": sent}
+                "sigint": sent, "interrupt_s": (time.monotonic() - t0 - sent_at) if sent else None}
 
 
-def problems(res: dict, bound_kb: int, baseline_kb: int) -> list[str]:
-    """What is wrong with one command's outcome (empty: nothing)."""
+def problems(res: dict, bound_kb: int, baseline_kb: int, allowed_extra: frozenset = frozenset()) -> list[str]:
+    """What is wrong with one command's outcome (empty: nothing). ``allowed_extra``: exit codes the case's
+    kind makes legitimate (3 for a hostile exec program)."""
     found = []
     text = res["stderr"] + res["stdout"]
     if res.get("sigint") and (res["code"] == -2 or (text.rstrip().endswith("KeyboardInterrupt")
@@ -205,7 +218,7 @@ def problems(res: dict, bound_kb: int, baseline_kb: int) -> list[str]:
         found.append("traceback")
     elif "internal error" in res["stderr"]:
         found.append("internal-error")
-    allowed = ALLOWED_EXIT | ({130} if res.get("sigint") else set())
+    allowed = ALLOWED_EXIT | allowed_extra | ({130} if res.get("sigint") else set())
     if res["code"] is not None and res["code"] not in allowed and res["code"] != -1:
         found.append(f"exit-{res['code']}")
     lines = [ln for ln in res["stderr"].splitlines() if ln.strip()]
@@ -214,10 +227,35 @@ def problems(res: dict, bound_kb: int, baseline_kb: int) -> list[str]:
         found.append("error-not-one-line")
     if any(not OK_STDERR.match(ln) for ln in lines) and "traceback" not in found:
         found.append("stray-stderr")
+    if RAW_CONTROL.search(text) or any(ln.startswith(FORGED) for ln in text.splitlines()):
+        found.append("forged-line")
+    if res.get("interrupt_s") is not None and res["code"] is not None and res["interrupt_s"] > SLOW_INTERRUPT_S:
+        found.append("slow-interrupt")
     grown = res["rss_peak_kb"] - (res["rss_before_kb"] or baseline_kb)
     if grown > bound_kb:
         found.append("rss")
     return found
+
+
+def _snapshot(case) -> dict:
+    """tools/fuzz/tree.py's snapshot of the case folder, less what the case lets a command change."""
+    snap = tree.snapshot(case.root)
+    return {k: v for k, v in snap.items() if not any(k == e or k.startswith(e + "/") for e in case.exclude)}
+
+
+def orphans(case) -> list[int]:
+    """Processes still running, ORPHAN_WAIT_S after a command ended, in a process group the case's exec
+    program ran in (killed, so they disturb nothing after)."""
+    groups = program_groups(case)
+    end = time.monotonic() + ORPHAN_WAIT_S
+    while (alive := alive_in(groups)) and time.monotonic() < end:
+        time.sleep(0.02)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return alive
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -257,22 +295,29 @@ def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] 
             continue
         _set_limits(case.limits)
         conn.send(("built", {"kind": case.kind, "notes": case.notes, "paths": case.paths}))
-        before = tree.snapshot(root)
-        for command, mode in plan:
-            argv = command_argv(command, case.paths, random.Random(f"argv/{seed}/{index}/{command}"))
+        before = _snapshot(case)
+        allowed = frozenset({3}) if case.kind in EXEC_KINDS else frozenset()
+        for j, (command, mode) in enumerate(plan):
+            if case.argv:  # the kind's own command lines (tools/fuzz/hostile_kinds.py)
+                argv = case.argv[j % len(case.argv)]
+                command = f"{argv[0]}@{case.kind}"
+            else:
+                argv = command_argv(command, case.paths, random.Random(f"argv/{seed}/{index}/{command}"))
             if mode == "inproc":
                 res = run_inprocess(argv)
             else:
                 sigint = random.Random(f"sigint/{seed}/{index}").uniform(0.3, 3.0) if mode == "sigint" else None
                 res = run_subprocess(argv, timeout, sigint)
-            after = tree.snapshot(root)
+            after = _snapshot(case)
             changed = tree.differences(before, after)
-            found = problems(res, bound, baseline) + (["modified"] if changed else [])
+            found = problems(res, bound, baseline, allowed) + (["modified"] if changed else [])
+            if orphans(case):
+                found.append("orphan")
             before = after
             conn.send(("result", {"command": command, "mode": mode, "argv": argv, "code": res["code"],
                                   "wall_s": res["wall_s"], "rss_peak_kb": res["rss_peak_kb"],
                                   "rss_grown_kb": res["rss_peak_kb"] - (res["rss_before_kb"] or baseline),
-                                  "problems": found, "changed": changed,
+                                  "problems": found, "changed": changed, "interrupt_s": res.get("interrupt_s"),
                                   "stderr_tail": res["stderr"][-600:] if found else res["stderr"][-200:]}))
         tree.remove(root)
         conn.send(("done", index))
