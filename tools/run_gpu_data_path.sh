@@ -10,7 +10,8 @@
 #    GB/s after the start-up (a one-step recording of the same shape, replayed once before to fill Triton's
 #    cache).
 # Everything under $OUT: log.txt, recorder*.json/txt, replay.json, tests.txt.
-# Environment: DP_DIR [/tmp/dp], DP_RECS [6], DP_STEPS [4], SKIP_TESTS, SKIP_RECORDER, SKIP_REPLAY.
+# Environment: DP_DIR [/tmp/dp], DP_RECS [6], DP_STEPS [4], FIXTURE_IMPLS [stochastic reference; empty: none],
+# SKIP_TESTS, SKIP_RECORDER, SKIP_REPLAY.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/data_path_out}"; mkdir -p "$OUT"
@@ -26,7 +27,7 @@ mkdir -p "$DIR"
     echo "== $(date -u +%T) tests on CUDA"
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_data_path.py tests/test_recorder_async.py \
       > "$OUT/tests.txt" 2>&1; echo "   -> exit $?"; tail -3 "$OUT/tests.txt"
-    for impl in stochastic reference; do  # every committed recording through the CUDA read path
+    for impl in ${FIXTURE_IMPLS-stochastic reference}; do  # every committed recording through the CUDA read path
       timeout 200 python3 -m replay_harness.cli run fixtures/ --impl "$impl" --device cuda --quiet > "$OUT/fixtures-$impl.txt" 2>&1
       echo "   replay run fixtures/ --impl $impl --device cuda -> exit $?"; tail -2 "$OUT/fixtures-$impl.txt"
     done

@@ -5,7 +5,10 @@ The engine's thread calls :meth:`AsyncStepWriter.submit` from ``Recorder.record_
 into it and returns at once; the writer thread waits for the snapshot's copies to land, then runs
 the Recorder's own synchronous path (convert, validate, atomic write + fsync) and gives the slot back.
 The slots are the bound on steps in flight: when none is free, ``when_full="block"`` waits for one
-and ``"drop"`` skips the step and counts it (:attr:`AsyncStepWriter.dropped`).
+and ``"drop"`` skips the step and counts it (:attr:`AsyncStepWriter.dropped`). Free slots are taken last
+in, first out (one slot does the work while the writer keeps up), and a step larger than any before
+pins every slot's buffer for its size at once, so pinning memory (~0.1 s for a 636 MB step, and every
+CUDA call of the process waits meanwhile) happens at the first step of each new size, never later.
 
 Snapshots (the engine may reuse or free its tensors once ``record_step`` returns):
 
@@ -43,6 +46,7 @@ WHEN_FULL = ("block", "drop")
 ROW_MAX = "row_max"  # the snapshot's key for {float field: its row maxima} (checked from these, not re-read)
 _ROWS = ("logits", "draft_logits")  # the float rows whose maxima are taken on the device
 _ALIGN = 64  # bytes: every tensor's offset in a slot's pinned buffer (any dtype can view it)
+D2H_CHUNK_BYTES = 32 << 20  # a device-to-host copy is queued in pieces of this size (docs/RECORDING.md)
 _streams: dict[torch.device, torch.cuda.Stream] = {}  # one side stream per device, for the process
 
 
@@ -55,7 +59,7 @@ class Slot:
 
     def reserve(self, nbytes: int) -> torch.Tensor:
         """The pinned buffer, grown to at least ``nbytes`` (by 25% at least, so a slowly growing batch
-        does not reallocate every step)."""
+        does not reallocate every step). Views into a buffer replaced here keep it alive."""
         have = 0 if self.pinned is None else self.pinned.numel()
         if self.pinned is None or nbytes > have:
             self.pinned = None  # free the old buffer first: pinned memory is the scarce kind
@@ -85,8 +89,10 @@ class AsyncStepWriter:
         # LIFO: the slot written last is reused first, so when the writer keeps up one warm slot does all the
         # work and the others are never pinned (pinning a step's worth of memory costs the engine ~0.1 s)
         self._free: queue.LifoQueue[Slot] = queue.LifoQueue()
-        for _ in range(max_pending):
-            self._free.put(Slot())
+        self._slots = [Slot() for _ in range(max_pending)]
+        for slot in self._slots:
+            self._free.put(slot)
+        self._largest = 0  # bytes: every slot's pinned buffer holds at least this many
         self._work: queue.SimpleQueue = queue.SimpleQueue()  # (engine_step, args, slot), None to stop
         self._errors: collections.deque[BaseException] = collections.deque()
         self._stopped = False
@@ -107,6 +113,13 @@ class AsyncStepWriter:
             slot.events = []
             self._free.put(slot)
             raise
+        if slot.pinned is not None and slot.pinned.numel() > self._largest:
+            # a step larger than any before: pin every slot for it now, in this call, so that no later
+            # step of this size pins memory while the engine runs (cudaHostAlloc stalls every CUDA call
+            # of the process, the engine's launches included, for as long as it pins: ~0.1 s for 636 MB)
+            self._largest = slot.pinned.numel()
+            for other in self._slots:
+                other.reserve(self._largest)
         self._work.put((engine_step, taken, slot))
         return True
 
@@ -152,6 +165,7 @@ class AsyncStepWriter:
                 self._free.put(slot)
 
 
+
 def snapshot(args: dict[str, Any], slot: Slot, copy_host: bool = True) -> dict[str, Any]:
     """``args`` with every value copied to host memory the engine cannot touch any more (CUDA tensors: queued
     into ``slot``, landed after ``slot.wait()``), plus :data:`ROW_MAX` when a float row was on a device.
@@ -194,7 +208,10 @@ def _copy_from_devices(tensors: list[tuple[str, torch.Tensor]], slot: Slot) -> d
                     continue
                 nbytes = t.numel() * t.element_size()
                 host = pinned[offset:offset + nbytes].view(t.dtype).view(t.shape)
-                host.copy_(t.detach(), non_blocking=True)
+                flat_host, flat = host.view(-1), t.detach().reshape(-1)
+                per = max(1, D2H_CHUNK_BYTES // t.element_size())
+                for at in range(0, flat.numel(), per):  # in pieces: the engine's own copies queue behind one
+                    flat_host[at:at + per].copy_(flat[at:at + per], non_blocking=True)
                 t.record_stream(side)  # the allocator keeps its memory until the copy ran
                 out[name] = host
             event = torch.cuda.Event()
