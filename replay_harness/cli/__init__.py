@@ -169,16 +169,25 @@ NO_TORCH = {"impls", "completion", "--help", "-h", "--version"}  # words that me
 
 
 def _import_torch_holding_interrupts() -> None:
-    """Import torch with Ctrl-C held back, then raise it: a KeyboardInterrupt that lands inside torch's
-    C++ module initialisation aborts the process (SIGABRT through pybind11) instead of exiting 130."""
+    """Import torch with Ctrl-C (and SIGTERM) held back, then raise it: a KeyboardInterrupt that lands inside
+    torch's C++ module initialisation aborts the process (SIGABRT through pybind11) instead of exiting 130.
+    Under the console script (:func:`entry`) nothing has started yet, so the signal ends the process at once
+    (exit 130) instead of waiting for the import to finish."""
     if "torch" in sys.modules or threading.current_thread() is not threading.main_thread():
         return
     held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+
+    def hold(signum: int, frame: object) -> None:
+        if _WAKEUP:  # entry(): no command, file or program to unwind yet
+            _hard_exit()
+        held.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         import torch  # noqa: F401
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if held:
         raise KeyboardInterrupt
 

@@ -37,7 +37,7 @@ EXEC_KINDS = ("exec-hostile",)  # an external program failing is exit 3 (environ
 # escape that came from a path or a file (docs/HARDENING.md, "Printing what came from a file").
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 FORGED = ("replay: error: FORGED", "FORGED")
-SLOW_INTERRUPT_S = 1.2  # SIGINT to exit, at most (the 1.0 s grace of cli._watch_interrupts, plus slack)
+SLOW_INTERRUPT_S = 1.5  # SIGINT to exit, at most: the 1.0 s grace of cli._watch_interrupts + 0.5 s of a loaded machine
 ORPHAN_WAIT_S = 1.0
 ERROR_LINE = re.compile(r"^replay: (error|usage error|internal error):")
 OK_STDERR = re.compile(r"^replay[: ]")  # errors, warnings, info and progress lines all start so
