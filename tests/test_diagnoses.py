@@ -105,3 +105,32 @@ def test_p_values_below_the_float_range_never_print_as_zero():
     assert p_text(0.0) == "p < 1e-300" and p_text(1e-320) == "p < 1e-300" and p_text(1.19e-5) == "p = 1.19e-05"
     assert _fmt_p(0.0) == "< 1e-300" and _fmt_p(2.37e-192) == "2.37e-192"
     assert not math.isnan(float("0"))
+
+
+class BatchGreedy(ReferenceSampler):
+    """The founding engine's batch rule: any draft in the step sends EVERY request to the greedy path (a T = 1
+    plain request is argmaxed when it shares a step with drafted ones); routes labelled from the parameters."""
+
+    name = "batch-greedy"
+
+    def sample(self, step):
+        from replay_harness.recording.schema import ROUTE_CODE
+
+        if int(step.num_drafts.max()) == 0:
+            return super().sample(step)
+        res = super().sample(dataclasses.replace(step, temperature=torch.zeros_like(step.temperature)))
+        res.routes = torch.tensor([ROUTE_CODE[r] for r in step.expected_routes()], dtype=res.routes.dtype)
+        return res
+
+
+def test_verify_sees_a_plain_request_argmaxed_because_it_shares_a_step_with_drafted_ones():
+    from pathlib import Path
+
+    from replay_harness.recording.store import Recording
+
+    step = Recording(Path(__file__).resolve().parents[1] / "fixtures" / "real-mixed")[1].step  # k = 0, 0, 1
+    report = VerifyReport(impl="batch-greedy", trials=100, seed=0, alpha=1e-3)
+    report.units = verify_step("real-mixed", 1, step, BatchGreedy(), 100, np.random.default_rng(0),
+                               torch.device("cpu"), requests=[1])
+    finalize(report)
+    assert report.units[0].num_drafts == 0 and report.failures, [c.message for c in report.checks]

@@ -1,6 +1,7 @@
 """The trials of `replay verify`: many copies of one request in one impl call, each with its own seed.
 
-Tokens do not depend on batch composition, so ``Step.select([r] * N)`` holds N copies of request r and
+Tokens do not depend on batch composition, so ``Step.select([r] * N)`` holds N copies of request r (plus,
+in a step that mixes requests with and without drafts, the other requests once: :func:`context_of`) and
 one impl call gives N runs. A *group* of copies is (seeds [n], position shift, drafts [n, k] or None);
 a call holds the same slice of every group, group after group, so copy i of the first group sits in the
 same batch row in every call that starts with a group of the same size. That is what the position test
@@ -55,19 +56,33 @@ def request_rng(seed: int, source: int, step: int, request: int) -> np.random.Ge
     return np.random.default_rng([word & 0xFFFFFFFF, word >> 32, source, step, request])
 
 
-def copies_step(step: Step, r: int, groups: list[Group], start: int, stop: int) -> Step:
-    """A step holding copies start..stop-1 of every group of request r, group after group."""
+def context_of(step: Step, r: int) -> list[int]:
+    """The requests that ride along with request r's copies in every impl call: the step's other requests
+    when the step mixes requests with and without drafts, so an impl that decides per batch (the founding
+    engine: any draft in the step sends every request to the greedy verifier) is seen deciding it for r too;
+    none otherwise. Their outputs are ignored; a correct impl's tokens do not depend on the batch."""
+    drafted = (step.num_drafts > 0).tolist()
+    if len(set(drafted)) < 2:
+        return []
+    return [i for i in range(step.num_requests) if i != r]
+
+
+def copies_step(step: Step, r: int, groups: list[Group], start: int, stop: int, context: list[int] = ()) -> Step:
+    """A step holding copies start..stop-1 of every group of request r, group after group, then the
+    ``context`` requests of ``step`` as recorded (one each)."""
     m = stop - start
-    s = step.select([r] * (m * len(groups)))
+    context = list(context)
+    s = step.select([r] * (m * len(groups)) + context)
     k = int(step.num_drafts[r])
-    s.seed = torch.cat([g.seeds[start:stop] for g in groups]).to(step.seed.dtype)
-    pos = s.positions.clone().view(len(groups), m, k + 1)
-    ids = s.draft_token_ids.clone().view(len(groups), m, k + 1)
+    s.seed = torch.cat([g.seeds[start:stop] for g in groups] + [step.seed[context]]).to(step.seed.dtype)
+    rows = m * len(groups) * (k + 1)
+    pos, ids = s.positions.clone(), s.draft_token_ids.clone()
+    pv, iv = pos[:rows].view(len(groups), m, k + 1), ids[:rows].view(len(groups), m, k + 1)
     for i, g in enumerate(groups):
-        pos[i] += g.shift
+        pv[i] += g.shift
         if g.drafts is not None and k > 0:
-            ids[i, :, :k] = torch.from_numpy(g.drafts[start:stop]).to(ids.dtype)
-    s.positions, s.draft_token_ids = pos.view(-1), ids.view(-1)
+            iv[i, :, :k] = torch.from_numpy(g.drafts[start:stop]).to(ids.dtype)
+    s.positions, s.draft_token_ids = pos, ids
     return s
 
 
@@ -80,13 +95,14 @@ def run_groups(step: Step, r: int, impl: Any, groups: list[Group], device: torch
     """
     k = int(step.num_drafts[r])
     n = groups[0].seeds.numel()
+    context = context_of(step, r)
     # copies per call: sized for two groups whatever their number, so copy i of the first group sits in
     # the same batch row in a one-group call as in a two-group one (the position test relies on it)
     per_call = max(1, MAX_ELEMS_PER_CALL // (max(2, len(groups)) * (k + 1) * max(step.vocab_size, 1)))
     parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in groups]
     for start in range(0, n, per_call):
         stop = min(n, start + per_call)
-        res = sample_at(impl, place(copies_step(step, r, groups, start, stop), impl, device), index)
+        res = sample_at(impl, place(copies_step(step, r, groups, start, stop, context), impl, device), index)
         t = res.tokens.detach().cpu().long()
         if t.shape[1] < k + 1:
             t = torch.cat([t, torch.full((t.shape[0], k + 1 - t.shape[1]), -1, dtype=torch.long)], 1)
