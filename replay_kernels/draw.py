@@ -35,7 +35,7 @@ after the load; otherwise it is read again, the hash of every lane is computed, 
 some ``x + gumbel_upper_bound(h)`` reaches the threshold pays for the two logs of the exact noise (and,
 for a residual with draft logits, for the draft row and the residual: the bound uses ``log p``, which
 the residual never exceeds). The threshold is reduced over the block, so every thread takes the same
-branches (docs/KERNELS.md "Pruning in the draw").
+branches (docs/KERNELS.md "The draw").
 """
 from __future__ import annotations
 
@@ -64,17 +64,17 @@ MAX_LISTED = 256         # hashes a program lists at most (8 a lane in one warp)
 LOAD_TILES = 2           # tiles a pruning program reads at once (2 and 4 measured; 1,024-lane tiles were slower)
 ROW_HASHES = 4096        # the row's smallest hashes whose tokens its programs list, aimed at (see listed_hashes)
 # (launches of fewer rows than, tile, warps per program, programs per launch, share the row best, register cap),
-# measured offline (CUDA graphs, H200, V = 248,320; docs/BENCHMARKS.md, seventh and eighth sessions). Below 8 rows:
+# measured offline (CUDA graphs, H200, V = 248,320; 2026-12-01, tools/sweep_draw.py). Below 8 rows:
 # 2048 x 8 warps, one tile a program (122 tiles cap the programs), nothing shared: every program starts at once, so a
 # published best comes too late to prune anything (sharing cost 8-10% at R = 1..4); capped at 64 registers a thread
 # (R = 1: 5.0 against 5.25 us uncapped). From 8 rows: 512-lane tiles, sharing (caps of 48-72 1-20% slower): 1,024
-# two-warp programs below 16 rows (one warp 6-9% slower at R = 8, 2,048 or 4,096 no faster, thirty-third session;
+# two-warp programs below 16 rows (one warp 6-9% slower at R = 8, 2,048 or 4,096 no faster, 2026-12-04, ab3e112;
 # 8,192 9-20% slower), then one-warp programs (no shared memory or barriers): 2,048 below 64 (3-13% faster than 1,024
 # at R = 32..48), 8,192 from 64 (6-26% faster than 1024 x 4 warps x 2048 at R = 64 and 256, plain and verify,
 # synthetic and real rows; 16,384: 1-7% faster at R = 256, 5-6% slower at R = 64). Capped at 96 registers, 20 warps an
 # SM, no stack (tools/kernel_resources.py, triton 3.6): a plain draw compiles to at most that anyway; the first draw
-# of sample-and-check (TOP) took 111 (16 programs; thirteenth session), a verify draw 114 (verify k=4 R = 256 draw
-# 124.8 -> 120.3 µs at 96, R = 64 even; seventeenth).
+# of sample-and-check (TOP) took 111 (16 programs; 2026-12-01), a verify draw 114 (verify k=4 R = 256 draw
+# 124.8 -> 120.3 µs at 96, R = 64 even; 2026-12-02).
 DRAW_SHAPES = ((8, 2048, 8, DRAW_PROGRAMS, False, 64), (16, 512, 2, DRAW_PROGRAMS, True, 96),
                (64, 512, 1, 2 * DRAW_PROGRAMS, True, 96), (1 << 31, 512, 1, 8192, True, 96))
 

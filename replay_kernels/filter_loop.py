@@ -4,7 +4,7 @@
 settle / setup steps, the search rounds (8 for top-p, a tie pass, up to 5 for the cut index): 19 launches for
 the verify fallback. In a CUDA graph every one of them runs on every step, each about 1 µs even when the
 fallback listed no row (most steps: a test the top-p bounds leave undecided is rare), about 23 µs a step on an
-H200 (docs/BENCHMARKS.md, twenty-seventh session). Here one launch of grid (G, P) does the same: slot g takes the
+H200 (measured 2026-12-03). Here one launch of grid (G, P) does the same: slot g takes the
 listed rows g, g + G, ...; its P programs run each pass over the spans ``q, q + P, ...`` with the passes'
 own per-span functions (``filters.stats_span``, ``mass_span``, ``round_span``: the same partials, added in the same
 order by the same settle code, so the same cuts bit for bit), meet at a barrier (``one_launch.row_barrier``)

@@ -8,7 +8,7 @@ function called inside a launch whose language modules the launch patched gets n
 skips exactly those repeats and nothing else: a device function called outside a launch, or from a
 module whose language modules the launch did not patch, is patched as before. Measured on the CI
 machine: ``tests/test_kernels.py::test_stochastic_fused_and_per_position_launches_agree[151]``
-spends 55 s of its 143 s under cProfile in that patching (docs/BENCHMARKS.md, thirteenth session).
+spends 55 s of its 143 s under cProfile in that patching (measured 2026-12-01).
 
 It touches two private names of ``triton.runtime.interpreter`` (``_patch_lang``, ``GridExecutor``); when a
 Triton release lacks either, :func:`skip_repeated_patching` changes nothing and returns False.

@@ -9,8 +9,8 @@ one state (its preallocated buffers, views of them, shapes and constexprs fixed 
 What a recorded launch skips: our Python that builds each launch's arguments (views such as
 ``open_len[j:j + 1]``, grids, plan properties: about 22 µs a launch on the CI machine), and Triton's
 ``JITFunction.run`` (binding and specializing every argument, the cache key: most of the 30-48 µs an
-eager launch of an empty 36-argument kernel cost on the H200 machine's host; docs/BENCHMARKS.md, fifteenth
-session). When the sequence is recorded (``build`` done: the PDL trigger of each launch depends on the next),
+eager launch of an empty 36-argument kernel cost on the H200 machine's host, measured
+2026-12-02). When the sequence is recorded (``build`` done: the PDL trigger of each launch depends on the next),
 each kernel is compiled for its arguments through ``JITFunction.warmup`` (Triton's own
 path: same specialization, same cache) and the list keeps its launcher, ``compiled[grid]``, with
 the arguments in signature order, constexprs included (what ``JITFunction.run`` passes it in the sources

@@ -3,7 +3,7 @@
 Same tokens as the launch sequence of :mod:`replay_kernels.sample_check` (first draw, first check, the
 launched rounds, the finish loop: five to nine launches, each with its own fixed cost). Here the ``P``
 programs of a row, all resident at once, meet at a barrier instead of a kernel boundary. Measured on an H200
-(CUDA graph, docs/BENCHMARKS.md, twenty-second session): top-p 0.9 R = 1 13.2 -> 8.5 µs when the draw is the
+(CUDA graph, 2026-12-02): top-p 0.9 R = 1 13.2 -> 8.5 µs when the draw is the
 row's peak held once (about 13.0 when the check runs), top-k 50 R = 1 17.8 -> 8.5, top-p 0.9 R = 3 18.1 ->
 10.5. Program ``(r, q)`` of grid ``(R, P)``:
 

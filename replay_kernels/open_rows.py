@@ -38,7 +38,7 @@ OPEN_ROW_SLOTS = 16  # slots allocated for the open-row launch, at most (it laun
 # checked requests' miss bounds, RowParams.check_miss): (most expected, programs a row, register cap). Each
 # shape's limit is the slots an H200 holds at once (122 programs at 168 registers: 3 a SM, 3 slots; 61 at 128:
 # 4 a SM, 8 slots; tools/kernel_resources.py); more expected than the last: the launched rounds. Measured (H200,
-# CUDA graphs, SYNTHETIC top-p 0.9, 5 steps; docs/BENCHMARKS.md twenty-third session): against the rounds, R = 8
+# CUDA graphs, SYNTHETIC top-p 0.9, 5 steps; 2026-12-03): against the rounds, R = 8
 # (0.8 expected) 43.0 -> 39.0 µs with 122 programs (61: 47.0), R = 64 (6.4) 92.4 -> 84.8 with 61 (122: 97.3),
 # R = 256 (25.6) 232.1 -> 248.0 with 61: there the rounds.
 OPEN_ROW_SHAPES = ((3.0, 122, 168), (8.0, 61, 128))

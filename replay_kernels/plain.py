@@ -34,7 +34,7 @@ from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
 # Rows with top-k and no top-p: sample-and-check in steps of fewer requests than this, else their gathered bound
 # (replay_kernels/topk_gather.py) when k allows it (else checked). Both exact, no sums: the same tokens either way.
-# Measured crossover (H200, docs/BENCHMARKS.md twentieth session): checked faster at R = 1, 2; gathered from R = 4.
+# Measured crossover (H200, 2026-12-02): checked faster at R = 1, 2; gathered from R = 4.
 CHECK_TOP_K_BELOW = 4
 
 

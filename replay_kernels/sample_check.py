@@ -60,7 +60,7 @@ CHECK_BLOCK = 1024  # elements per tile of a check pass (tools/profile_kernels.p
 # Later checks and draws of sample-and-check run over the list of rows still open: grid (row_slots, SPLITS), one
 # slot per ROWS_PER_SLOT requests (top-p 0.9 leaves about one row in ten open), each open row split like a draw of
 # ROUND_SPLIT_AS_ROWS rows (31 programs of four 2048-lane tiles at V = 248,320), in 2048-lane tiles of 8 warps
-# capped at 72 registers a thread. Measured at top-p 0.9 (eighth session, docs/BENCHMARKS.md): 2-5% faster end to
+# capped at 72 registers a thread. Measured at top-p 0.9 (2026-12-01): 2-5% faster end to
 # end than 2 or 4 requests a slot or one-tile programs at R = 64 and 256; 16 requests a slot: 2% faster at R = 256,
 # 19% slower at R = 64. The first draw's shapes are draw.DRAW_SHAPES.
 ROWS_PER_SLOT = 8

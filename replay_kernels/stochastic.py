@@ -77,8 +77,8 @@ POSITION_WARPS = 4
 # Register cap a thread of the position launches without top-p bounds: it changes no arithmetic (only what spills),
 # so not the order of any sum. With the next tile loaded ahead (verify_stats.span_stats) 64 compiles to 63
 # registers, no stack, 8 programs an SM (56: 16 B of stack, 9): 3-4% faster than 56 at verify k=4 R = 64 and 256
-# (seventeenth session, docs/BENCHMARKS.md). The bounded and exact top-p launches are uncapped (a cap cost them 3%
-# at R = 64, eighth session).
+# (measured 2026-12-02). The bounded and exact top-p launches are uncapped (a cap cost them 3%
+# at R = 64, measured 2026-12-01).
 POSITION_MAXNREG = 64
 # Batches of fewer requests verify every draft position in one launch (``_position_kernel`` ALL: the rows
 # after a rejection are read too, but one launch replaces max_k); same stats and tests, so same tokens.

@@ -66,7 +66,7 @@ ROW_SOLVE = True            # rows that do not fit: the one-program search when 
 ROW_SOLVE_CHUNK = 512       # lanes a step of that search (1,024 spilled: 552 B a thread, triton 3.6)
 BLOCKS_PER_SPAN = 32        # block maxima a span of the filter passes (blocks of span / 32 lanes)
 GATHER_MAX_K = 256          # rows with a larger k keep the search (so do k above a quarter of the blocks)
-SOLVE_WARPS = 4             # the solve (8: even, slower at R = 256; docs/BENCHMARKS.md, twentieth session)
+SOLVE_WARPS = 4             # the solve (8: even, slower at R = 256; measured 2026-12-02)
 THRESHOLD_WARPS = 8         # the threshold (16: slower at R = 1)
 _ROUNDS, _WAYS = tl.constexpr(KEY_ROUNDS), tl.constexpr(WAYS)  # the searches' 16-way rounds over 32 bits
 

@@ -42,7 +42,7 @@ is below the threshold, else pending. A NaN logit makes ``S`` NaN: pending too (
 
 Measured on the benchmark's SYNTHETIC rows (randn * 3 plus a peak, drafts the argmax 70% of the time,
 R = 64, k = 4): with ``X2`` alone 15 of 20 steps had a pending request, with the levels 6 of 20 (4 of them
-within the rounding margins, 2 with the cut right at a level; docs/BENCHMARKS.md, twenty-fourth session);
+within the rounding margins, 2 with the cut right at a level; measured 2026-12-03);
 on real rows a few %. Used for rows whose request has top-p without top-k and no draft logits
 (``RowParams.check``); the others keep the search.
 """
@@ -131,8 +131,8 @@ def bounded_verdict(gm, S, rb, x2, hn, hf, xd, thr, p):
 
 # Slots of the fallback's filter loop (each serves every 8th listed row; also the programs along rows of the launch
 # sequence, when the loop is off): a step lists 3-5 rows when one request is pending, none most often. 8 instead of
-# 32 made the sequence's 13 idle search rounds 25.5 -> 14.1 µs (R = 64, k = 4; docs/BENCHMARKS.md, twenty-fourth
-# session); the loop makes them one launch of 1.3 µs (twenty-seventh).
+# 32 made the sequence's 13 idle search rounds 25.5 -> 14.1 µs (R = 64, k = 4; measured
+# 2026-12-03); the loop makes them one launch of 1.3 µs (filter_loop.py, 2026-12-03).
 FALLBACK_GRID_ROWS = 8
 LIST_BLOCK = 1024        # rows a step of the one-program listing reads
 

@@ -13,7 +13,7 @@ never on the batch or on how the launches are laid out.
 Each program loads its span's next tile before it reduces the current one (:func:`load_tile`), so one tile is in
 flight while another is summed: the same values added in the same order, so the same sums bit for bit. Verify k=4
 R = 256 on the H200: position launches 157 -> 139 µs, position 0 at 68% of DRAM bandwidth instead of 64%
-(seventeenth session, docs/BENCHMARKS.md).
+(measured 2026-12-02; docs/KERNELS.md "Verify position launches").
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .params import process_loaded
 
 # A bounded row's levels: its draft's value x_d minus NEAR_GAP and FAR_GAP; the mass at or above each bounds the first
 # kept token's mass (verify_bounds.first_kept_bound). Two levels decide on the benchmark's rows as many tests as
-# four at 2, 4, 8, 16 did (fewer block sums a tile; docs/BENCHMARKS.md, twenty-fourth session).
+# four at 2, 4, 8, 16 did (fewer block sums a tile; measured 2026-12-03).
 NEAR_GAP = tl.constexpr(4.0)
 FAR_GAP = tl.constexpr(8.0)
 # Planes of a bounded row's span stats (``sbound``): Rb, X2, the masses at or above x_d - NEAR_GAP and x_d - FAR_GAP.
@@ -35,7 +35,7 @@ PLANE_RB, PLANE_X2, PLANE_NEAR, PLANE_FAR = tl.constexpr(0), tl.constexpr(1), tl
 BOUND_PLANES = 4
 # A bounded span's tile (six per-lane accumulators of this many lanes) and the bounded launches' register cap: 62
 # registers used, no stack, 8 programs an SM. Measured (H200, verify k=4 + top-p 0.9 R = 64, 20 steps;
-# docs/BENCHMARKS.md twenty-eighth session): tiles of 1,024 (112 registers, 4 an SM) +1.6%, two tiles in flight
+# 2026-12-03): tiles of 1,024 (112 registers, 4 an SM) +1.6%, two tiles in flight
 # +0.2%, uncapped (69 registers, 7 an SM) +0.9%.
 BOUND_BLOCK = tl.constexpr(512)
 BOUND_MAXNREG = 64

@@ -37,7 +37,7 @@ def _sampler() -> FlashInferSampler:
 def test_requests_whose_first_draft_is_a_placeholder_draw_from_their_first_row():
     """Every request drafted one placeholder (2 rows a request, all drawn at k = 0): each draws from its first row.
     Taking the whole batch as one plain draw (2R rows for R requests) failed `replay verify --impl flashinfer` with
-    a shape mismatch (thirty-fourth session, call 6)."""
+    a shape mismatch (fixed in dc0da87, 2026-12-04)."""
     step = synthetic_step(180, 50, 5, 1, greedy_frac=0.0, filters=False, ks=[1] * 5)
     step.draft_token_ids = torch.full_like(step.draft_token_ids, -1)
     sampler = _sampler()

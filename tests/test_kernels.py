@@ -295,8 +295,8 @@ def test_stochastic_span_sums_far_from_the_draft_value(device):
     """Verify rows whose span maxima lie far from the draft's value, both ways: drafts 100 above every other logit
     of their row (accepted) and drafts 90 below a token of their row, with draft logits (rejected; the residual draw
     reads both rows' log-sum-exp), against the reference, on the CPU and the GPU (where tiny terms flush to 0). A span
-    sum taken against x_d would flush to 0 in the first kind and overflow fp32 in the second: the thirty-third
-    session's variant that did so (docs/bench/2026-12-04-h200-s33/scripts/sums_against_draft.patch) fails both
+    sum taken against x_d would flush to 0 in the first kind and overflow fp32 in the second: the variant that
+    did so (measured on 2026-12-04, not adopted; its patch is in git history at ab3e112) fails both
     kinds of request without its second pass against the span's max (mutation-checked on the CPU)."""
     step = synthetic_step(160, 300, 8, 3, draft_logits=True, greedy_frac=0.0, filters=False, ks=[3] * 8)
     logits, drafts = step.logits.clone(), step.draft_token_ids.clone()

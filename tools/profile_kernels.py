@@ -39,7 +39,7 @@ CASES = [  # (R, k, top_p, top_k)
 
 def device_kernels(fn, calls: int, warmup: int = 3) -> list[tuple[str, float]]:
     """(kernel name, device µs) of every kernel ``calls`` calls of ``fn`` run, in launch order (one
-    torch.profiler session, after ``warmup`` calls)."""
+    torch.profiler run, after ``warmup`` calls)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(warmup):

@@ -1,0 +1,120 @@
+"""The code and the docs speak of the project, never of the work periods that built it.
+
+A line under replay_harness/, replay_kernels/, tools/, docs/ (the raw data under docs/bench/ aside), examples/ or
+README.md must not cite a work period ("the twenty-seventh session", "the 27th session", "h200-s33/"): it cites a
+doc section, a date or a commit instead (``git log -S'text'`` finds when a thing landed). The word "session" is
+left to the two things that really are sessions: a pytest fixture's ``scope="session"`` and a process group's
+session (``start_new_session``, ``setsid``).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = ("replay_harness", "replay_kernels", "tools", "docs", "examples", "README.md")
+SKIP = ("docs/bench/",)  # raw output of the measurements, as the tools printed it
+SUFFIXES = {".py", ".md", ".sh", ".txt", ".rst", ".toml", ".cfg", ".hpp", ".cpp", ".h", ".c", ""}
+
+_UNITS = ("first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
+          "fifteenth sixteenth seventeenth eighteenth nineteenth").split()
+_TENS = ("twentieth", "thirtieth", "fortieth")
+_ORDINAL_WORD = "|".join([f"(?:twenty|thirty)-(?:{'|'.join(_UNITS[:9])})", *_TENS, *_UNITS])
+_ORDINAL = rf"(?:{_ORDINAL_WORD}|\d{{1,2}}(?:st|nd|rd|th))"
+# "the 27th session", "seventh and eighth sessions", "the thirty-third session's", "s33" in a path of runs
+ORDINAL_SESSION = re.compile(rf"\b{_ORDINAL}(?:\s+(?:and|to)\s+{_ORDINAL})?\s+sessions?\b|\bh200(?:x\d)?-s\d{{1,2}}\b",
+                             re.IGNORECASE)
+SESSION = re.compile(r"session", re.IGNORECASE)
+# the sessions that are sessions: pytest fixture scopes and process groups
+ALLOWED = re.compile(r"""scope\s*=\s*["']session["']|start_new_session|new session|session leader|session id""",
+                     re.IGNORECASE)
+
+# Lines in files this change does not own, each to be rewritten by that file's owner (path -> text of the line).
+PENDING = {
+    "docs/SCALE.md": ("Run 5 (fourth session, 22:07-22:15 UTC",),
+}
+
+
+def names_a_work_period(line: str) -> bool:
+    """Whether ``line`` cites a work period: an ordinal session, or "session" outside the allowed uses."""
+    return bool(ORDINAL_SESSION.search(line) or SESSION.search(ALLOWED.sub("", line)))
+
+
+def scanned_files() -> list[Path]:
+    files: list[Path] = []
+    for root in ROOTS:
+        path = REPO / root
+        candidates = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for p in candidates:
+            rel = p.relative_to(REPO).as_posix()
+            if "__pycache__" in rel or rel.startswith(SKIP) or p.suffix not in SUFFIXES or p.stat().st_size > 1 << 20:
+                continue
+            files.append(p)
+    return files
+
+
+def offending_lines(pending: dict[str, tuple[str, ...]] = PENDING) -> list[str]:
+    hits = []
+    for p in scanned_files():
+        rel = p.relative_to(REPO).as_posix()
+        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if names_a_work_period(line) and not any(s in line for s in pending.get(rel, ())):
+                hits.append(f"{rel}:{n}: {line.strip()[:160]}")
+    return hits
+
+
+@pytest.mark.parametrize("line", [
+    "measured (docs/BENCHMARKS.md, twenty-seventh session): 1.3 µs",
+    "the 27th session found it",
+    "H200, seventh and eighth sessions",
+    "the thirty-third session's variant",
+    "(thirteenth Session)",
+    "scripts in docs/bench/2026-12-04-h200-s33/scripts/",
+    "a session of the project",
+])
+def test_a_work_period_is_found(line):
+    assert names_a_work_period(line)
+
+
+@pytest.mark.parametrize("line", [
+    '@pytest.fixture(scope="session")',
+    "subprocess.Popen(cmd, start_new_session=True)",
+    "a daemon that double-forks into a new session",
+    "measured 2026-12-03 (docs/KERNELS.md \"Verify position launches\")",
+    "the first call records the sequence; the second call replays it",
+    "sessions_per_host = 2".replace("sessions", "slots"),
+])
+def test_a_fact_about_the_code_passes(line):
+    assert not names_a_work_period(line)
+
+
+def test_no_line_names_a_work_period():
+    hits = offending_lines()
+    assert not hits, "cite a doc section, a date or a commit instead:\n" + "\n".join(hits)
+
+
+@pytest.mark.xfail(strict=True, reason="docs/SCALE.md:133 'Run 5 (fourth session, ...' is owned by another issue "
+                   "(suggested: 'Run 5 (2026-11-30, 22:07-22:15 UTC: ...'); drop its PENDING entry once rewritten")
+def test_pending_lines_are_rewritten():
+    assert not [h for h in offending_lines(pending={}) if h not in offending_lines()]
+
+
+LINK = re.compile(r"\]\(((?:\.\./)*\w[\w.-]*(?:/[\w.-]+)*/?)(?:#[\w-]*)?\)")
+BENCH_PATH = re.compile(r"docs/bench/[\w./-]*\w")
+
+
+def test_every_link_and_bench_path_resolves():
+    """A markdown link of docs/ or README.md, and a ``docs/bench/...`` path named anywhere scanned, names a file
+    or folder that exists (the raw data of docs/bench/ is kept only where the current docs point at it)."""
+    missing = []
+    for p in scanned_files():
+        rel = p.relative_to(REPO).as_posix()
+        text = p.read_text(encoding="utf-8", errors="replace")
+        targets = [(p.parent / t) for t in LINK.findall(text) if p.suffix == ".md" and "://" not in t
+                   and not t.startswith("mailto:")]
+        targets += [REPO / t for t in BENCH_PATH.findall(text)]
+        missing += [f"{rel}: {t.relative_to(REPO) if t.is_relative_to(REPO) else t}" for t in targets
+                    if not t.exists()]
+    assert not missing, "\n".join(missing)
