@@ -76,3 +76,8 @@ def test_cli_reports_mrv2_vectors_as_not_applicable():
     assert "1/1 conformance vectors pass" in out and "not applicable to rng_contract other-rng" in out
     code, out, err = cli("conformance", "--impl", impl, "--rule", "gumbel-*", cwd=REPO / "tests")
     assert code == 4 and "INCONCLUSIVE" in out, out + err
+
+
+def test_a_vector_where_nothing_could_fail_is_no_power_not_ok():
+    results = run_conformance(OtherRng(), find_vectors(rules=["temperature", "greedy-ties"]), trials=2)
+    assert {r.rule.id: r.status for r in results} == {"temperature": "no power", "greedy-ties": "ok"}

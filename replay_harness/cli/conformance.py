@@ -38,7 +38,8 @@ def conformance(
     "n/a" for it.
 
     Exit 0 when every applicable vector passes, 1 when any fails (each failure names its rule), 2 on bad
-    input, 3 when the impl cannot run here, 4 when no chosen vector applies to the impl's RNG contract.
+    input, 3 when the impl cannot run here, 4 when no chosen vector applies to the impl's RNG contract or a
+    vector had no test that could have failed at these --trials ("no power").
 
     Example: replay conformance --impl exec:./sampler --rule 'greedy-*' --rule 'gumbel-*'
     """
@@ -64,7 +65,8 @@ def conformance(
         sampler.close()
     applicable = [r for r in results if r.status != "n/a"]
     ok = all(r.ok for r in results)
-    code = EXIT_MISMATCH if not ok else EXIT_OK if applicable else EXIT_INCONCLUSIVE
+    powerless = [r for r in applicable if r.status == "no power"]
+    code = EXIT_MISMATCH if not ok else EXIT_OK if applicable and not powerless else EXIT_INCONCLUSIVE
     if as_json or json_file:
         print_json({"impl": impl, "rng_contract": contract, "ok": code == EXIT_OK, "exit_code": code,
                     "vectors": [r.to_dict() for r in results]}, json_file=json_file, stdout=as_json)
@@ -74,7 +76,8 @@ def conformance(
             what = {"exact": f"{c.tokens_matched}/{c.tokens_compared} tokens",
                     "rng-independent": f"route, support and statistics: {r.tests} checks",
                     "not applicable": f"MRV2 bit-exact rule: not applicable to rng_contract {contract}"}[r.mode]
-            out.print(f"{r.status:4s} {r.rule.id:26s} {what}")
+            out.print(f"{r.status:4s} {r.rule.id:26s} {what}" + ("; none could have failed: raise --trials"
+                                                                if r.status == "no power" else ""))
         for r in results:
             if r.failures:
                 out.print(f"{impl}: rule {r.rule.id} says: {r.rule.statement} (docs/FIXTURES.md, '{r.rule.section}')")
@@ -82,13 +85,14 @@ def conformance(
                 out.print(f"{impl}: {line}")
             if len(r.failures) > 5:
                 out.print(f"{impl}: rule {r.rule.id}: … (+{len(r.failures) - 5} more)")
-        passed = sum(r.ok for r in applicable)
+        passed = sum(r.status == "ok" for r in applicable)
         line = f"{impl}: {passed}/{len(applicable)} conformance vectors pass"
         if len(applicable) < len(results):
             line += (f" (RNG-independent rules, by route, support and statistics at {trials} trials; "
                      f"{len(results) - len(applicable)} MRV2 bit-exact vector(s) not applicable to rng_contract "
                      f"{contract})")
         if code == EXIT_INCONCLUSIVE:
-            line = f"INCONCLUSIVE: {line}: no chosen vector applies to rng_contract {contract}"
+            line = (f"INCONCLUSIVE: {line}: " + (f"{len(powerless)} vector(s) without power at {trials} trials"
+                                                 if powerless else f"no chosen vector applies to rng_contract {contract}"))
         out.print(line, soft_wrap=True)
     raise typer.Exit(code)
