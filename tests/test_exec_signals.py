@@ -147,11 +147,22 @@ def test_flood_is_exit_3_fast_with_bounded_memory(tmp_path, behaviour, says):
 
 
 def test_many_lines_are_held_two_at_a_time(tmp_path, monkeypatch):
-    """A program that floods short lines: the first is the (bad) reply, exit 3, nothing else buffered."""
+    """A program that floods short lines: the first is the (bad) reply, exit 3, nothing else buffered, and
+    the reader threads end with the program (none left waiting on a queue nobody reads)."""
+    import threading
+
+    def readers() -> list:
+        return [t for t in threading.enumerate() if t.name.startswith("replay-exec-")]
+
     monkeypatch.setenv("PGID_FILE", str(tmp_path / "pgid"))
+    threads = len(readers())
     code, _, err = main_inproc("run", MIXED, "--impl", f"exec:{_program(tmp_path, 'flood-lines')}")
     assert code == 3 and "is not a JSON object: 'not a reply'" in err and len(err.splitlines()) == 1, err
     assert _wait_gone(int((tmp_path / "pgid").read_text())) == []
+    end = time.monotonic() + 2.0
+    while len(readers()) > threads and time.monotonic() < end:
+        time.sleep(0.02)
+    assert len(readers()) <= threads, readers()
 
 
 def test_normal_close_kills_what_the_program_left_behind(tmp_path, monkeypatch):

@@ -42,8 +42,8 @@ import torch
 
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls.contract import Sampler
-from replay_harness.impls.external_io import (_EOF, _LIVE, _LIVE_LOCK, _OVERFLOW, _kill_group, _pump_lines,
-                                              _pump_stderr, kill_all)
+from replay_harness.impls.external_io import EOF, LIVE, LIVE_LOCK, OVERFLOW, StderrTail, pump_lines, pump_stderr
+from replay_harness.impls.external_io import kill_all  # noqa: F401 (re-exported: cli.main calls external.kill_all)
 from replay_harness.limits import MAX_REPLY_BYTES, MAX_STDERR_BYTES, value
 from replay_harness.recording.schema import ROUTE_CODE, ROUTES
 from replay_harness.recording.step import SampleResult, Step
@@ -126,10 +126,9 @@ class ExecSampler(Sampler):
         self.argv = parse_command(spec, impl_args)
         self.timeout = float(timeout)
         self._tmpdir = tempfile.mkdtemp(prefix="replay-exec-")
-        self._stderr = bytearray()  # the last STDERR_KEPT bytes of the program's stderr
-        self._stderr_window = 0  # stderr bytes since the last reply (or the start)
-        self._flooded = threading.Event()  # stderr passed max_stderr between two replies: killed
         self.max_reply, self.max_stderr = value(MAX_REPLY_BYTES), value(MAX_STDERR_BYTES)
+        self._err = StderrTail(self.max_stderr)  # the last STDERR_KEPT bytes; the flood guard
+        self._discard = threading.Event()  # the program is being stopped: stdout lines are read and dropped
         self._lines: queue.Queue = queue.Queue(maxsize=1)  # with the line in the reader's hands: 2 held at most
         self._closed = False
         self._steps_sent = 0
@@ -140,12 +139,14 @@ class ExecSampler(Sampler):
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise ExternalImplError(f"impl '{self.label}': cannot start {self.argv[0]}: {e.strerror or e}",
                                     "crash") from None
-        with _LIVE_LOCK:
-            _LIVE[self._proc.pid] = self._proc
+        with LIVE_LOCK:
+            LIVE[self._proc.pid] = self._proc
         # killed and cleaned up when garbage-collected or, at the latest, at interpreter exit
-        self._finalizer = weakref.finalize(self, _shutdown, self._proc, self._tmpdir, 0.0)
-        threading.Thread(target=_pump_lines, args=(self._proc, self._lines, self.max_reply), daemon=True).start()
-        self._stderr_thread = threading.Thread(target=_pump_stderr, args=(self,), daemon=True)
+        self._finalizer = weakref.finalize(self, _finish, self._proc, self._tmpdir, self._discard)
+        threading.Thread(target=pump_lines, args=(self._proc, self._lines, self.max_reply, self._discard),
+                         name="replay-exec-stdout", daemon=True).start()
+        self._stderr_thread = threading.Thread(target=pump_stderr, args=(self._proc, self._err),
+                                               name="replay-exec-stderr", daemon=True)
         self._stderr_thread.start()
         self._recording = ""
         try:
@@ -167,10 +168,16 @@ class ExecSampler(Sampler):
             return
         self._closed = True
         self._finalizer.detach()
+        self._discard.set()
+        try:  # unblock the stdout reader: what the program writes from now on is dropped
+            self._lines.get_nowait()
+        except queue.Empty:
+            pass
         _shutdown(self._proc, self._tmpdir, CLOSE_GRACE_S)
 
     def _kill(self) -> None:
         self._closed = True
+        self._discard.set()  # the stdout reader drops what is left and ends with the program
         self._finalizer.detach()
         _shutdown(self._proc, self._tmpdir, 0.0)
 
@@ -193,7 +200,7 @@ class ExecSampler(Sampler):
 
     def _stderr_tail(self) -> str:
         self._stderr_thread.join(timeout=0.5)  # drain what the dead program wrote last
-        text = bytes(self._stderr).decode("utf-8", errors="replace")
+        text = bytes(self._err.kept).decode("utf-8", errors="replace")
         lines = [ln for ln in text.splitlines() if ln.strip()][-STDERR_LINES_QUOTED:]
         return ("; stderr: " + " | ".join(_clip(ln, 200) for ln in lines)) if lines else "; stderr: (empty)"
 
@@ -217,15 +224,15 @@ class ExecSampler(Sampler):
         except BaseException:  # Ctrl-C, SIGTERM: the program goes first
             self._kill()
             raise
-        if self._flooded.is_set():
+        if self._err.flooded.is_set():
             raise self._fail(f"program wrote more than {self.max_stderr:,} bytes to stderr before its {what} "
                              f"(REPLAY_MAX_STDERR_BYTES raises the cap); program killed", "overflow")
-        if line is _OVERFLOW:
+        if line is OVERFLOW:
             raise self._fail(f"{what} is longer than {self.max_reply:,} bytes without a newline "
                              f"(REPLAY_MAX_REPLY_BYTES raises the cap); program killed", "overflow")
-        if line is _EOF:
+        if line is EOF:
             raise self._fail(f"program {self._exit_text()} before sending its {what}", "crash")
-        self._stderr_window = 0
+        self._err.window = 0
         return line
 
     def _handshake(self, timeout: float) -> dict[str, Any]:
@@ -352,6 +359,12 @@ def sample_at(impl: Sampler, step: Step, index: int | None) -> SampleResult:
     return impl.sample(step)
 
 
+def _finish(proc: subprocess.Popen, tmpdir: str, discard: threading.Event) -> None:
+    """The finalizer (garbage collection, interpreter exit): the stdout reader lets go, the group is killed."""
+    discard.set()
+    _shutdown(proc, tmpdir, 0.0)
+
+
 def _shutdown(proc: subprocess.Popen, tmpdir: str, grace: float) -> None:
     """Close stdin (EOF = exit), wait ``grace`` seconds, then SIGKILL the process group; remove ``tmpdir``."""
     try:
@@ -374,6 +387,6 @@ def _shutdown(proc: subprocess.Popen, tmpdir: str, grace: float) -> None:
         except subprocess.TimeoutExpired:
             pass
     finally:
-        with _LIVE_LOCK:
-            _LIVE.pop(proc.pid, None)
+        with LIVE_LOCK:
+            LIVE.pop(proc.pid, None)
         shutil.rmtree(tmpdir, ignore_errors=True)

@@ -13,21 +13,34 @@ import queue
 import signal
 import subprocess
 import threading
-from typing import Any
 
 STDERR_KEPT = 64 << 10     # bytes of the program's stderr kept (the last ones) for quoting; the rest is dropped
 READ_CHUNK = 64 << 10      # bytes read from the program's pipes at a time
 
-_EOF = object()
-_OVERFLOW = object()
-_LIVE: dict[int, subprocess.Popen] = {}  # pid -> the running programs (kill_all ends their process groups)
-_LIVE_LOCK = threading.Lock()
+EOF = object()
+OVERFLOW = object()
+LIVE: dict[int, subprocess.Popen] = {}  # pid -> the running programs (kill_all ends their process groups)
+LIVE_LOCK = threading.Lock()
 
 
-def _pump_lines(proc: subprocess.Popen, out: queue.Queue, cap: int) -> None:
+def _put(out: queue.Queue, item: object, discard: threading.Event) -> bool:
+    """Queue ``item`` for replay, waiting while the last line is not taken; False (dropped) once ``discard``
+    is set: the program was stopped, so a reader thread never waits for ever on a queue nobody reads."""
+    while not discard.is_set():
+        try:
+            out.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def pump_lines(proc: subprocess.Popen, out: queue.Queue, cap: int, discard: threading.Event) -> None:
     """Reader thread: stdout lines (decoded, newline stripped) into ``out`` (a queue of one: the reader waits
-    while replay has not taken the last line), then _EOF. A line past ``cap`` bytes: the program's process
-    group is killed, _OVERFLOW is queued and reading stops (memory stays bounded whatever it writes)."""
+    while replay has not taken the last line), then EOF; once ``discard`` is set (the program is being
+    stopped), lines are read and dropped, so a program writing at exit never blocks on its pipe and this
+    thread ends with the program. A line past ``cap`` bytes: the program's process group is killed, OVERFLOW
+    is queued and reading stops (memory stays bounded whatever it writes)."""
     buf = bytearray()
     try:
         fd = proc.stdout.fileno()
@@ -43,37 +56,46 @@ def _pump_lines(proc: subprocess.Popen, out: queue.Queue, cap: int) -> None:
                     break
                 line = buf.decode("utf-8", errors="replace").rstrip("\r")
                 buf.clear()
-                out.put(line)
+                _put(out, line, discard)
             buf += chunk[start:]
             if len(buf) > cap:
-                _kill_group(proc)
-                out.put(_OVERFLOW)
+                kill_group(proc)
+                buf = bytearray()
+                _put(out, OVERFLOW, discard)
                 return
     except (OSError, ValueError):
         pass
-    out.put(_EOF)
+    _put(out, EOF, discard)
 
 
-def _pump_stderr(sampler: Any) -> None:
+class StderrTail:
+    """What replay keeps of a program's stderr: the last STDERR_KEPT bytes (``kept``), the bytes since the
+    last reply (``window``, reset by the reader of replies) and whether they passed ``cap`` (``flooded``)."""
+
+    def __init__(self, cap: int):
+        self.kept, self.window, self.cap = bytearray(), 0, cap
+        self.flooded = threading.Event()
+
+
+def pump_stderr(proc: subprocess.Popen, tail: StderrTail) -> None:
     """Reader thread: stderr read to its end; the last STDERR_KEPT bytes kept for quoting, the rest dropped.
-    More than ``max_stderr`` bytes between two replies: the process group is killed (the stdout reader then
+    More than ``tail.cap`` bytes between two replies: the process group is killed (the stdout reader then
     sees EOF and the waiting step reports the flood)."""
-    proc, tail = sampler._proc, sampler._stderr
     try:
         fd = proc.stderr.fileno()
         while chunk := os.read(fd, READ_CHUNK):
-            tail += chunk
-            if len(tail) > STDERR_KEPT:
-                del tail[:-STDERR_KEPT]
-            sampler._stderr_window += len(chunk)
-            if sampler._stderr_window > sampler.max_stderr and not sampler._flooded.is_set():
-                sampler._flooded.set()
-                _kill_group(proc)
+            tail.kept += chunk
+            if len(tail.kept) > STDERR_KEPT:
+                del tail.kept[:-STDERR_KEPT]
+            tail.window += len(chunk)
+            if tail.window > tail.cap and not tail.flooded.is_set():
+                tail.flooded.set()
+                kill_group(proc)
     except (OSError, ValueError):
         pass
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group of ``proc`` (the program and everything it started) while it is not reaped."""
     if proc.returncode is None:
         try:
@@ -85,7 +107,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def kill_all() -> None:
     """SIGKILL the process group of every running external program, at once (no waiting): what the command
     line does on SIGINT / SIGTERM and before it exits, so no program is left behind on any exit path."""
-    with _LIVE_LOCK:
-        procs = list(_LIVE.values())
+    with LIVE_LOCK:
+        procs = list(LIVE.values())
     for proc in procs:
-        _kill_group(proc)
+        kill_group(proc)
