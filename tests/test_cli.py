@@ -92,26 +92,68 @@ def test_registry_register_and_entry_points(monkeypatch):
         registry.get_impl("unknown-one")
 
 
-def test_import_names_do_not_shadow_other_packages():
-    """transformers probes for a package importable as `kernels`, and `replay` is another PyPI project's
-    import name: this project installs as replay_harness and replay_kernels only, so neither name
-    resolves into this repository."""
-    import importlib.util
-    from pathlib import Path
+NOT_THE_REPOSITORY = (".git", "build", "dist")  # beside any folder holding pyvenv.cfg (a virtual environment)
 
-    repo = Path(__file__).resolve().parents[1]
-    for name in ("kernels", "replay"):
+
+def in_repository(origin: str | None, repo: Path) -> bool:
+    """True when ``origin`` (a module file or package folder) is part of the repository at ``repo``: inside it,
+    and not inside a virtual environment made in the clone (`python -m venv .venv`: a folder holding
+    pyvenv.cfg), .git, build or dist, whose packages are installed ones, not this repository's."""
+    if not origin:
+        return False
+    path = Path(origin).resolve()
+    root = repo.resolve()
+    if not path.is_relative_to(root):
+        return False
+    for folder in [*reversed(path.relative_to(root).parents)][1:]:  # root/a, root/a/b, ... (not root itself)
+        if folder.name in NOT_THE_REPOSITORY or (root / folder / "pyvenv.cfg").is_file():
+            return False
+    return True
+
+
+def shadowing(names: tuple[str, ...], repo: Path) -> dict[str, list[str]]:
+    """{import name: its origins} for the ``names`` that import from inside the repository."""
+    import importlib.util
+
+    found = {}
+    for name in names:
         spec = importlib.util.find_spec(name)
         if spec is not None:
             origins = [spec.origin, *(spec.submodule_search_locations or [])]
-            assert not any(o and Path(o).resolve().is_relative_to(repo) for o in origins), origins
-    try:
-        from transformers.utils import import_utils
-    except ImportError:
-        return
-    if hasattr(import_utils, "is_kernels_available"):
-        spec = importlib.util.find_spec("kernels")
-        assert spec is None or not Path(spec.origin or "").resolve().is_relative_to(repo)
+            if any(in_repository(o, repo) for o in origins):
+                found[name] = origins
+    return found
+
+
+def test_import_names_do_not_shadow_other_packages():
+    """transformers probes for a package importable as `kernels`, and `replay` is another PyPI project's
+    import name: this project installs as replay_harness and replay_kernels only, so neither name
+    resolves into this repository (a venv inside the clone is not the repository)."""
+    assert not shadowing(("kernels", "replay"), REPO)
+
+
+def test_a_venv_inside_the_clone_is_not_the_repository(tmp_path, monkeypatch):
+    """`python -m venv .venv` in the clone, with Hugging Face's `kernels` installed in it: not a shadow; the
+    same package at the repository's top level is one."""
+    import importlib
+    import sys
+
+    site = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site / "kernels").mkdir(parents=True)
+    (site / "kernels" / "__init__.py").write_text("")
+    (tmp_path / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    monkeypatch.delitem(sys.modules, "kernels", raising=False)
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert not shadowing(("kernels",), tmp_path)
+    for name in ("build", "dist", ".git"):
+        assert not in_repository(str(tmp_path / name / "kernels" / "__init__.py"), tmp_path)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert shadowing(("kernels",), tmp_path) == {"kernels": [str(tmp_path / "kernels" / "__init__.py"),
+                                                             str(tmp_path / "kernels")]}
 
 
 def test_bare_replay_prints_help_on_stdout_exit_0():

