@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from helpers import main_inproc
-from tiny_model import COMMIT, hub_cache, save_tiny_llama
+from tiny_model import COMMIT, hub_cache, save_tiny_gguf, save_tiny_llama
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
+pytest.importorskip("gguf")
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +32,15 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     draft = save_tiny_llama(root / "draft", seed=1)
     hub_cache(root / "hub", "tiny-org/tiny-llama", target)
     hub_cache(root / "hub", "tiny-org/tiny-llama-draft", draft)
-    return {"target": target, "draft": draft, "hub": root / "hub"}
+    gguf = save_tiny_gguf(root / "gguf" / "tiny-llama-f32.gguf", seed=2)
+    hub_cache(root / "hub", "tiny-org/tiny-llama-GGUF", gguf.parent)
+    return {"target": target, "draft": draft, "hub": root / "hub", "gguf": gguf}
 
 
-def _offline_cli(hub: Path, *args: str) -> tuple[int, str, str]:
+def _offline_cli(hub: Path, *args: str, **env: str) -> tuple[int, str, str]:
     """`replay ARGS` in a subprocess with the Hugging Face cache at ``hub`` and HF_HUB_OFFLINE=1 (huggingface_hub
     reads both when it is imported, so a fresh process)."""
-    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1", **env}
     env.pop("REPLAY_DEBUG", None)
     p = subprocess.run([sys.executable, "-m", "replay_harness.cli", *args], capture_output=True, text=True,
                        env=env, timeout=300)
@@ -76,6 +79,27 @@ def test_record_from_hub_repo_ids_in_the_local_cache_offline(tiny, tmp_path):
     assert code == 0, err + stdout
 
 
+def test_record_from_a_gguf_in_a_hub_repo_and_a_local_gguf_file(tiny, tmp_path):
+    """--model REPO --gguf-file NAME (dequantized once into $REPLAY_CACHE, provenance: repo, commit, file,
+    sha256) with a local .gguf file as the draft model (the same weights: a self-check, every greedy draft
+    accepted)."""
+    out, cache = tmp_path / "rec", tmp_path / "replay-cache"
+    code, _, err = _offline_cli(tiny["hub"], "record", "--model", "tiny-org/tiny-llama-GGUF", "--gguf-file",
+                                tiny["gguf"].name, "--drafter", "draft-model", "--draft-model", str(tiny["gguf"]),
+                                "--num-drafts", "2", "--steps", "2", "--temperature", "0", "--seed", "3", "--batch",
+                                "1", "--out", str(out), "--quiet", REPLAY_CACHE=str(cache))
+    assert code == 0, err
+    assert err == "", err  # --quiet: not even transformers' conversion bars
+    source = json.loads((out / "manifest.json").read_text())["source"]
+    model, draft = source["model"], source["drafter"]["model"]
+    assert (model["hub_repo"], model["revision"], model["file"]) == ("tiny-org/tiny-llama-GGUF", COMMIT,
+                                                                     tiny["gguf"].name)
+    assert model["sha256"] == draft["sha256"] and draft["file"] == str(tiny["gguf"])
+    assert [p.name for p in cache.iterdir()] == [f"hub-tiny-org--tiny-llama-GGUF-{COMMIT[:12]}-tiny-llama-f32"]
+    code, stdout, err = main_inproc("run", str(out), "--impl", "reference", "--against", "recorded")
+    assert code == 0, err + stdout
+
+
 @pytest.mark.parametrize("args, option, repo", [
     (("--model", "some-org/not-cached"), "--model", "some-org/not-cached"),
     (("--model", "tiny-org/tiny-llama", "--drafter", "draft-model", "--draft-model", "some-org/draft"),
@@ -93,7 +117,12 @@ def test_hub_weights_missing_offline_is_one_line_exit_3_saying_how_to_get_them(t
 
 
 def test_model_arguments_that_name_nothing_are_exit_2(tiny, tmp_path):
-    for args, says in [(("--model", "./no/such/folder"), "not a local folder or file, not a Hugging Face Hub repo id"),
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "junk.gguf").write_bytes(b"GGUF junk")
+    for args, says in [(("--model", str(tmp_path / "empty")), "the folder has no config.json"),
+                       (("--model", str(tmp_path / "junk.gguf")), "transformers cannot load it"),
+                       (("--model", str(tiny["target"]), "--drafter", "draft-model", "--draft-model",
+                         str(tmp_path / "empty")), "--draft-model"),(("--model", "./no/such/folder"), "not a local folder or file, not a Hugging Face Hub repo id"),
                        (("--model", str(tiny["target"]), "--gguf-file", "x.gguf"), "the folder has no file x.gguf"),
                        (("--model", "smollm2-135m", "--gguf-file", "x.gguf"), "--gguf-file names one inside"),
                        (("--model", str(tiny["target"]), "--gguf-file", "../x.gguf"), "a file inside the model folder")]:

@@ -3,8 +3,9 @@
 SYNTHETIC weights (random, seeded): 2 layers, hidden 32, vocabulary 257 (the 256 byte-level tokens and
 ``</s>``), with a byte-level tokenizer built with ``tokenizers`` and saved beside it as a
 ``PreTrainedTokenizerFast``. Loads offline in well under a second; ``replay record --model FOLDER`` decodes
-with it like with any real model. :func:`hub_cache` lays the same files out as a Hugging Face cache entry,
-so ``--model ORG/NAME`` can be tested with ``HF_HUB_OFFLINE=1`` and no network.
+with it like with any real model. :func:`save_tiny_gguf` writes such a model as a GGUF file. :func:`hub_cache`
+lays a folder out as a Hugging Face cache entry, so ``--model ORG/NAME`` can be tested with
+``HF_HUB_OFFLINE=1`` and no network.
 """
 from __future__ import annotations
 
@@ -41,6 +42,54 @@ def save_tiny_llama(folder: Path, *, seed: int = 0, layers: int = 2) -> Path:
     model.save_pretrained(str(folder))
     fast.save_pretrained(str(folder))
     return folder
+
+
+def save_tiny_gguf(path: Path, *, seed: int = 0, layers: int = 2) -> Path:
+    """The same shape of model as one GGUF file (float32 tensors, llama.cpp's names, a byte-level "gpt2"
+    tokenizer with no merges), written with the ``gguf`` package, for the GGUF loading paths."""
+    import numpy as np
+    from gguf import GGUFWriter
+    from tokenizers import pre_tokenizers
+
+    tokens = sorted(pre_tokenizers.ByteLevel.alphabet()) + [EOS]
+    v, h, f, heads, kv_heads = len(tokens), 32, 64, 4, 2
+    rng = np.random.default_rng(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(str(path), "llama")
+    w.add_name("tiny-llama")
+    w.add_context_length(512)
+    w.add_embedding_length(h)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(f)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(v)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (v - 1) + [3])  # normal tokens, then a control token (</s>)
+    w.add_token_scores([0.0] * v)
+    w.add_token_merges([])
+    w.add_eos_token_id(v - 1)
+
+    def tensor(name: str, *shape: int, scale: float = 0.1) -> None:
+        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    tensor("token_embd.weight", v, h)
+    tensor("output_norm.weight", h, scale=1.0)
+    tensor("output.weight", v, h, scale=2.0)
+    for i in range(layers):
+        for name, shape in (("attn_norm", (h,)), ("ffn_norm", (h,)), ("attn_q", (h, h)),
+                            ("attn_k", (kv_heads * h // heads, h)), ("attn_v", (kv_heads * h // heads, h)),
+                            ("attn_output", (h, h)), ("ffn_gate", (f, h)), ("ffn_up", (f, h)), ("ffn_down", (h, f))):
+            tensor(f"blk.{i}.{name}.weight", *shape, scale=1.0 if name.endswith("norm") else 0.1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
 
 
 def hub_cache(cache: Path, repo: str, folder: Path) -> Path:

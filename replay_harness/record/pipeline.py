@@ -23,7 +23,8 @@ from replay_harness.compare.runner import load_impl, resolve_device
 from replay_harness.errors import UsageError
 from replay_harness.limits import check_output
 from replay_harness.record.drafters import DRAFTERS, make_drafter
-from replay_harness.record.model import Request, SamplingParams, decode, load_model, versions
+from replay_harness.record.model import (HUB_REPO_ID, PACKAGED, Request, SamplingParams, decode, hub_file, load_model,
+                                         versions)
 from replay_harness.recording.recorder import Recorder
 
 DEFAULT_PROMPTS = (
@@ -149,6 +150,10 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
     t0 = time.time()
     if opts.impl_timeout is not None and not opts.impl.startswith("exec:"):
         raise UsageError("--impl-timeout is only for external impls (--impl exec:PROGRAM)")
+    draft_name = opts.draft_model if opts.drafter == "draft-model" else None
+    # a Hub draft model that is not there fails now, not after the target's load (seconds to minutes)
+    if draft_name and draft_name not in PACKAGED and not Path(draft_name).exists() and HUB_REPO_ID.match(draft_name):
+        hub_file(draft_name, opts.draft_gguf_file or "config.json", "--draft-model")
     with closing(load_impl(opts.impl, resolve_device("cpu"), None, opts.impl_timeout)) as sampler:
         with loading(opts.model):
             lm = load_model(opts.model, opts.dtype, opts.gguf_file)
