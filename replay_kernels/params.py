@@ -1,6 +1,6 @@
 """``apply_sampling_params`` in Triton, without materialising processed logits.
 
-The oracle (``replay_harness.oracle.sampling_params.apply_sampling_params``) turns each
+Model Runner V2's ``apply_sampling_params`` (and the project's oracle of it) turns each
 row into float32 logits divided by the temperature and masked by min-p, top-k
 and top-p. Every one of those masks keeps a *suffix of the row in ascending
 (value, index) order* (the oracle sorts stably, so equal values are ordered by
@@ -26,7 +26,7 @@ inside the tie group at ``v*`` in token-id order), each pass one launch over
 (filtered rows x spans of the row); rows with top-k (k up to ``gather_max_k``) by the same searches on the
 values at or above their k-th largest block maximum, gathered in two passes (:mod:`replay_kernels.topk_gather`).
 
-Known, documented differences from the oracle (near-ties, see replay_harness/oracle/near_tie.py):
+Known, documented differences from the oracle (near-ties; docs/KERNELS.md "Filter bounds"):
 the cumulative mass is a sum of per-span fp32 sums, not the oracle's sorted cumsum,
 so a top-p decision whose cumulative mass is within rounding of ``1 - p`` may
 differ; at ``top_p == 1`` with top-k active the oracle also drops the
@@ -41,9 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from replay_harness.oracle.sampling_params import needs_processing, normalized_top_k
-from replay_harness.recording.step import Step
-
+from .batch import SamplingBatch, needs_processing, normalized_top_k
 from .bound_rules import keep_mask
 from .filters import FILTER_SPAN, FilterScratch, launch_filters
 from .launches import launch
@@ -138,18 +136,12 @@ class RowParams:
     check_miss: tuple[float, ...] = ()
 
 
-def host_step(step: Step) -> Step:
-    """The step with every small field on the CPU (logits and draft logits stay where they are)."""
-    import dataclasses
-
-    fields = {f.name: getattr(step, f.name) for f in dataclasses.fields(step)}
-    for name, value in fields.items():
-        if name not in ("logits", "draft_logits") and isinstance(value, torch.Tensor):
-            fields[name] = value.cpu()
-    return Step(**fields)
+def host_batch(batch) -> SamplingBatch:
+    """The batch (a :class:`SamplingBatch` or any object with its attributes) with every small field on the CPU."""
+    return SamplingBatch.of(batch).host()
 
 
-def prepare_params(step: Step, device: torch.device | str | None = None, filter_span: int = FILTER_SPAN,
+def prepare_params(batch, device: torch.device | str | None = None, filter_span: int = FILTER_SPAN,
                    check: bool = False, check_top_k: bool = True, gather_top_k: bool = False) -> RowParams:
     """Host work: expand each request's parameters to its rows (bonus row included).
 
@@ -159,18 +151,18 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
     (a verify decides them by bounds, replay_kernels/verify_bounds.py); ``gather_top_k``: rows with top-k alone
     whose k can be gathered (``gather_max_k``) are gathered, not checked (plain samples of many requests).
     """
-    device = step.logits.device if device is None else device
-    step = host_step(step)
-    v = step.vocab_size
-    rows = step.row_to_request()
-    active = needs_processing(step)[rows]
-    temp = step.temperature.float()[rows]
-    min_p = step.min_p.float()[rows]
-    top_p = step.top_p.float()[rows]
-    k = normalized_top_k(step.top_k, v)[rows]
+    device = batch.logits.device if device is None else device
+    batch = host_batch(batch)
+    v = batch.vocab_size
+    rows = batch.row_to_request()
+    active = needs_processing(batch)[rows]
+    temp = batch.temperature.float()[rows]
+    min_p = batch.min_p.float()[rows]
+    top_p = batch.top_p.float()[rows]
+    k = normalized_top_k(batch.top_k, v)[rows]
     temp_div = torch.where(active & (temp != 1), temp, torch.ones_like(temp))
     use_min_p = active & (min_p != 0)
-    # log(min_p) with torch on the step's device, exactly as the oracle computes it.
+    # log(min_p) with torch on the batch's device, exactly as the oracle computes it.
     log_min_p = torch.where(use_min_p.to(device), torch.log(min_p.to(device)),
                             torch.full((rows.numel(),), float("-inf"), device=device))
     k = torch.where(active, k, torch.full_like(k, v))
@@ -189,7 +181,7 @@ def prepare_params(step: Step, device: torch.device | str | None = None, filter_
     gather_rows = torch.nonzero(gathered).flatten().to(torch.int32)
     filter_rows = torch.cat([searched, gather_rows])  # a gathered row's slot is written when it is appended
     topp_rows = use_filter & (search_p != 1)
-    p_checked = step.top_p.float()[torch.unique(rows[checked])].double()  # per request with a check row
+    p_checked = batch.top_p.float()[torch.unique(rows[checked])].double()  # per request with a check row
     scratch = FilterScratch.allocate(
         int(filter_rows.numel()), v, device, any_topk=bool((use_filter & (search_k != v)).any()),
         any_topp=bool(topp_rows.any()), any_bound=bool((topp_rows & (use_min_p | (search_k != v))).any()),
@@ -217,13 +209,13 @@ def launch_params(logits: torch.Tensor, rp: RowParams) -> None:
                        rp.cut_val, rp.cut_idx, rp.filters)
 
 
-def apply_sampling_params(step: Step, block: int = 1024, filter_span: int = FILTER_SPAN) -> torch.Tensor:
+def apply_sampling_params(batch, block: int = 1024, filter_span: int = FILTER_SPAN) -> torch.Tensor:
     """[N, V] float32 processed logits, the Triton twin of the oracle (for tests and tools).
 
     The samplers never call this: they apply the same bound on the fly.
     """
-    logits = step.logits.contiguous()
-    rp = prepare_params(step, filter_span=filter_span)
+    logits = batch.logits.contiguous()
+    rp = prepare_params(batch, filter_span=filter_span)
     launch_params(logits, rp)
     return apply_bounds(logits, rp, block)
 

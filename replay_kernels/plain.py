@@ -9,11 +9,11 @@ as ``reference``. Requests with drafts (k > 0) are refused (route ``refused``,
 count 0, with a note): use ``stochastic``. Sampling parameters come from
 :mod:`replay_kernels.params` (a filter bound per row, applied on the fly).
 
-API (both impls)::
+API (both impls; ``batch``: a :class:`replay_kernels.batch.SamplingBatch` or any object with its attributes)::
 
-    state = impl.prepare(step)            # host work; device tensors + preallocated outputs
+    state = impl.prepare(batch)           # host work; device tensors + preallocated outputs
     tokens, counts = impl.launch(state)   # device work only: no host sync, graph-capturable
-    result = impl.sample(step)            # prepare + launch + routes -> SampleResult
+    result = impl.sample(batch)           # prepare + launch -> Sampled (tokens, counts, routes, notes)
 """
 from __future__ import annotations
 
@@ -21,15 +21,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from replay_harness.impls.contract import LaunchSampler
-from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
-
+from .batch import ROUTE_CODE, KernelSampler, SamplingBatch, route_of
 from .candidate_draw import CandidateDraw
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
 from .filters import FILTER_SPAN
 from .launches import run_cooperative
 from . import one_launch, open_rows
-from .params import RowParams, host_step, launch_params, prepare_params
+from .params import RowParams, host_batch, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
 # Rows with top-k and no top-p: sample-and-check in steps of fewer requests than this, else their gathered bound
@@ -81,7 +79,7 @@ class PlainState:
     launches: list | None = None
 
 
-class PlainSampler(LaunchSampler):
+class PlainSampler(KernelSampler):
     """prepare / launch / sample of a plain sampler; subclasses write ``_draw(state, mode, cut_val, cut_idx,
     scratch, rows=None)``.
 
@@ -109,12 +107,13 @@ class PlainSampler(LaunchSampler):
         self.one_launch = one_launch
         self.open_rows = open_rows
 
-    def prepare(self, step: Step) -> PlainState:
+    def prepare(self, batch) -> PlainState:
         """Host work: row parameters, draw plan and preallocated outputs (k > 0 requests refused)."""
-        logits = step.logits if step.logits.stride(1) == 1 else step.logits.contiguous()
+        batch = SamplingBatch.of(batch)
+        logits = batch.logits if batch.logits.stride(1) == 1 else batch.logits.contiguous()
         device = logits.device
-        host = host_step(step)
-        r_count = step.num_requests
+        host = host_batch(batch)
+        r_count = batch.num_requests
         ks = host.num_drafts.tolist()
         temps = host.temperature.tolist()
         modes, routes, refused = [], [], []
@@ -125,36 +124,36 @@ class PlainSampler(LaunchSampler):
                 refused.append(int(host.request_ids[r]))
             else:
                 modes.append(MODE_GREEDY.value if temps[r] == 0.0 else MODE_TARGET.value)
-                routes.append(ROUTE_CODE[expected_route(temps[r], 0)])
+                routes.append(ROUTE_CODE[route_of(temps[r], 0)])
         notes = []
         if refused:
             shown = ", ".join(str(x) for x in refused[:8]) + (" ..." if len(refused) > 8 else "")
             notes.append(f"{self.name} handles plain-sample steps only (k = 0); refused {len(refused)} "
                          f"request(s) with drafts ({shown}); use stochastic for speculative steps")
         i32 = dict(dtype=torch.int32, device=device)
-        params = prepare_params(step, device, self.filter_span, check=self.sample_check,
+        params = prepare_params(batch, device, self.filter_span, check=self.sample_check,
                                 gather_top_k=r_count >= CHECK_TOP_K_BELOW)
         check = round_draw = open_scratch = None
         if params.any_check:
-            check = CheckScratch.allocate(r_count, logits.shape[0], step.vocab_size, device, self.filter_span,
+            check = CheckScratch.allocate(r_count, logits.shape[0], batch.vocab_size, device, self.filter_span,
                                           params.check_miss)
-            round_draw = round_draw_scratch(r_count, step.vocab_size, self.block, device, self.programs)
+            round_draw = round_draw_scratch(r_count, batch.vocab_size, self.block, device, self.programs)
             if self.open_rows is not False:
-                open_scratch = open_rows.allocate(r_count, step.vocab_size, self.filter_span, device,
+                open_scratch = open_rows.allocate(r_count, batch.vocab_size, self.filter_span, device,
                                                   params.check_miss, force=bool(self.open_rows))
         one = None
         if self._wants_one_launch(params, r_count):
-            one = one_launch.OneLaunchScratch.allocate(r_count, step.vocab_size, self.filter_span, device,
+            one = one_launch.OneLaunchScratch.allocate(r_count, batch.vocab_size, self.filter_span, device,
                                                        draw_block=self.block)
         state = PlainState(
             logits=logits, params=params, check=check, round_draw=round_draw, one=one, open=open_scratch,
             mode=torch.tensor(modes, **i32), row=torch.tensor(host.cu_num_logits.tolist()[:-1], **i32),
-            slot=torch.zeros(r_count, **i32), seed=step.seed.to(device=device, dtype=torch.int64),
-            positions=step.positions.to(device=device, dtype=torch.int64),
+            slot=torch.zeros(r_count, **i32), seed=batch.seed.to(device=device, dtype=torch.int64),
+            positions=batch.positions.to(device=device, dtype=torch.int64),
             tokens=torch.full((r_count, host.max_drafts + 1), -1, dtype=torch.int64, device=device),
             counts=torch.zeros(r_count, **i32),
             counts_init=torch.tensor([0 if m == MODE_NONE.value else 1 for m in modes], **i32),
-            draw=DrawScratch.allocate(r_count, step.vocab_size, self.block, device, self.programs,
+            draw=DrawScratch.allocate(r_count, batch.vocab_size, self.block, device, self.programs,
                                       track_top=params.any_check),
             routes=torch.tensor(routes, dtype=torch.int8), notes=notes,
             dummy_i32=torch.zeros(1, **i32), dummy_f32=torch.zeros(1, dtype=torch.float32, device=device))

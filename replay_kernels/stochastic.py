@@ -41,9 +41,9 @@ the logits (N V x 4 B), in max_k + 1 launches (+ the filter passes).
 
 API::
 
-    state = StochasticSampler().prepare(step)   # host work, preallocated device buffers
+    state = StochasticSampler().prepare(batch)  # host work, preallocated device buffers (batch: batch.SamplingBatch)
     tokens, counts = StochasticSampler().launch(state)  # device only, no host sync, graph-capturable
-    result = StochasticSampler().sample(step)   # prepare + launch + routes -> SampleResult
+    result = StochasticSampler().sample(batch)  # prepare + launch -> Sampled (tokens, counts, routes, notes)
 """
 from __future__ import annotations
 
@@ -53,10 +53,8 @@ import torch
 import triton
 import triton.language as tl
 
-from replay_harness.impls.contract import LaunchSampler
-from replay_harness.recording.step import ROUTE_CODE, Step
-
 from .accept import accept_test
+from .batch import ROUTE_CODE, KernelSampler, SamplingBatch
 from .draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
 from .partials import last_to_arrive
 from .filter_loop import FilterLoop
@@ -65,7 +63,7 @@ from .launches import PDL_LATE, launch, pdl_wait, run_cooperative
 from . import open_rows
 from .one_launch import OneLaunchScratch
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
-from .params import RowParams, host_step, launch_params, prepare_params
+from .params import RowParams, host_batch, launch_params, prepare_params
 from .verify_bounds import WALK_OPEN, WALK_PENDING, Fallback, launch_fallback
 from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, load_tile, processed_at, span_stats
 
@@ -282,7 +280,7 @@ class VerifyState:
     launches: list | None = None
 
 
-class StochasticSampler(LaunchSampler):
+class StochasticSampler(KernelSampler):
     """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton. ``open_rows``: as for the plain
     samplers (:class:`replay_kernels.plain.PlainSampler`), each checked request counted as open with chance
     VERIFY_MISS (measured: a residual draw misses its top-p set with a chance 1 - p does not bound).
@@ -312,22 +310,23 @@ class StochasticSampler(LaunchSampler):
         self.programs = programs
         self.filter_span = filter_span
 
-    def prepare(self, step: Step) -> VerifyState:
+    def prepare(self, batch) -> VerifyState:
         """Host work: expand parameters to rows, index maps, preallocated scratch and outputs.
 
         Returns a :class:`VerifyState`; nothing in it changes between launches
         except the scratch and output buffers, so ``launch`` can be replayed in a CUDA graph.
         """
-        logits = step.logits if step.logits.stride(1) == 1 else step.logits.contiguous()
+        batch = SamplingBatch.of(batch)
+        logits = batch.logits if batch.logits.stride(1) == 1 else batch.logits.contiguous()
         device = logits.device
-        host = host_step(step)
+        host = host_batch(batch)
         n, v = logits.shape
-        r = step.num_requests
+        r = batch.num_requests
         i32 = dict(dtype=torch.int32, device=device)
         f32 = dict(dtype=torch.float32, device=device)
         vidx = host.draft_row_index()
         nv = int((vidx >= 0).sum())
-        draft = step.draft_logits
+        draft = batch.draft_logits
         if draft is not None:
             draft = draft.to(device)
             if draft.stride(1) != 1:
@@ -337,7 +336,7 @@ class StochasticSampler(LaunchSampler):
         nbs = max(1, triton.cdiv(v, self.stats_span))
         routes = torch.tensor([ROUTE_CODE[name] for name in host.expected_routes()], dtype=torch.int8)
         rs = max(r, 1)
-        params = prepare_params(step, device, self.filter_span, check=draft is None, check_top_k=False)
+        params = prepare_params(batch, device, self.filter_span, check=draft is None, check_top_k=False)
         fallback = check = round_draw = open_scratch = None
         if params.any_check:
             rows = host.row_to_request()
@@ -356,10 +355,10 @@ class StochasticSampler(LaunchSampler):
         bounded_stats = (rs, slots) if params.any_check else (1, 1)
         return VerifyState(
             logits=logits, draft_logits=draft, params=params,
-            cu=step.cu_num_logits.to(**i32), req_temp=step.temperature.to(**f32),
-            seed=step.seed.to(device=device, dtype=torch.int64),
-            draft_tokens=step.draft_token_ids.to(**i32),
-            positions=step.positions.to(device=device, dtype=torch.int64), vidx=vidx.to(**i32),
+            cu=batch.cu_num_logits.to(**i32), req_temp=batch.temperature.to(**f32),
+            seed=batch.seed.to(device=device, dtype=torch.int64),
+            draft_tokens=batch.draft_token_ids.to(**i32),
+            positions=batch.positions.to(device=device, dtype=torch.int64), vidx=vidx.to(**i32),
             smax=torch.empty((rs, slots), **f32), ssum=torch.empty((rs, slots), **f32),
             sarg=torch.empty((rs, slots), **i32),
             dmax=torch.empty((rs, slots) if draft is not None else (1, 1), **f32),

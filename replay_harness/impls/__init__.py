@@ -25,9 +25,9 @@ BUILTIN: dict[str, str] = {
     "reference": "replay_harness.impls.reference:ReferenceSampler",
     "greedy-only": "replay_harness.impls.engine_bug:GreedyOnlySampler",
     "guarded": "replay_harness.impls.engine_bug:GuardedSampler",
-    "stochastic": "replay_kernels.stochastic:StochasticSampler",
-    "serial-scan": "replay_kernels.serial_scan:SerialScanSampler",
-    "gumbel-max": "replay_kernels.gumbel_max:GumbelMaxSampler",
+    "stochastic": "replay_harness.impls.kernel_impls:StochasticSampler",
+    "serial-scan": "replay_harness.impls.kernel_impls:SerialScanSampler",
+    "gumbel-max": "replay_harness.impls.kernel_impls:GumbelMaxSampler",
     # the peers (impls/peers.py): optional, loaded from .peers or an install; unavailable -> exit 3 with why
     "vllm-mrv2": "replay_harness.impls.peers:VllmMrv2Sampler",
     "flashinfer": "replay_harness.impls.peers:FlashInferSampler",
