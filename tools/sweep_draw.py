@@ -7,7 +7,7 @@
 For each recording: ``gumbel-max`` (k = 0 steps) or ``stochastic`` (verify steps) built with each
 (block, programs), timed with ``triton.testing.do_bench`` (L2 flushed before every call, median µs), its
 tokens checked equal to the default configuration's. Prints one table per recording; the defaults in
-replay_kernels/draw.py come from runs of this script (docs/BENCHMARKS.md).
+replay_kernels/draw.py come from runs of this script (docs/KERNELS.md "The draw").
 """
 from __future__ import annotations
 
