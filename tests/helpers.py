@@ -81,3 +81,24 @@ def has_model() -> bool:
     except metadata.PackageNotFoundError:
         return False
     return True
+
+
+def documented_step_digest(file: Path, hasher) -> str:
+    """A step file's digest recomputed from docs/FIXTURES.md, "Content digest", and the file's bytes alone:
+    per tensor in name order `name|dtype|shape|` (torch dtype names, the shape as `[5, 8]` with ', ') then
+    its raw bytes; then the canonical metadata JSON. ``hasher``: a hashlib-style constructor."""
+    import json
+
+    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "I32": "int32", "I64": "int64", "I8": "int8"}
+    raw = Path(file).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    h = hasher()
+    for name in sorted(k for k in header if k != "__metadata__"):
+        e = header[name]
+        h.update(f"{name}|{names[e['dtype']]}|[{', '.join(map(str, e['shape']))}]|".encode())
+        a, b = e["data_offsets"]
+        h.update(raw[8 + n + a:8 + n + b])
+    meta = json.loads(header["__metadata__"]["replay"])
+    h.update(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()

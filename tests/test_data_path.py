@@ -13,7 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as st_save
 
-from helpers import cli, main_inproc
+from helpers import cli, documented_step_digest, main_inproc
 from replay_harness.impls import get_impl
 from replay_harness.recording import digest as registry
 from replay_harness.recording.derive import write_derived
@@ -199,21 +199,7 @@ def test_the_xxh3_digest_is_the_documented_bytes(tmp_path):
     import xxhash
 
     path = _written(tmp_path, steps=2)
-    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "I32": "int32", "I64": "int64", "I8": "int8"}
-    step_digests = []
-    for file in sorted((path / "steps").iterdir()):
-        raw = file.read_bytes()
-        n = int.from_bytes(raw[:8], "little")
-        header = json.loads(raw[8:8 + n])
-        h = xxhash.xxh3_128()
-        for name in sorted(k for k in header if k != "__metadata__"):
-            e = header[name]
-            h.update(f"{name}|{names[e['dtype']]}|[{', '.join(map(str, e['shape']))}]|".encode())
-            a, b = e["data_offsets"]
-            h.update(raw[8 + n + a:8 + n + b])
-        meta = json.loads(header["__metadata__"]["replay"])
-        h.update(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
-        step_digests.append(h.hexdigest())
+    step_digests = [documented_step_digest(f, xxhash.xxh3_128) for f in sorted((path / "steps").iterdir())]
     manifest = json.loads((path / MANIFEST).read_text())
     assert all(len(d) == 32 for d in step_digests)
     assert xxhash.xxh3_128("".join(step_digests).encode()).hexdigest() == manifest["digest"]

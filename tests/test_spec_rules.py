@@ -16,14 +16,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from helpers import documented_step_digest
 from replay_harness.errors import InputError
 from replay_harness.oracle import rng
 from replay_harness.recording.store import Recording
 from replay_harness.recording.validate import check_recording
 
 REPO = Path(__file__).resolve().parents[1]
-VECTOR = REPO / "fixtures" / "conformance" / "greedy-ties"   # 1 step, V = 16, routes recorded
-ALL_RECORDINGS = sorted(p for p in [*(REPO / "fixtures").iterdir(), *(REPO / "fixtures" / "conformance").iterdir()]
+VECTORS = REPO / "replay_harness" / "conformance" / "vectors"
+VECTOR = VECTORS / "greedy-ties"   # 1 step, V = 16, routes recorded
+ALL_RECORDINGS = sorted(p for p in [*(REPO / "fixtures").iterdir(), *VECTORS.iterdir()]
                         if (p / "manifest.json").exists())
 
 
@@ -141,19 +143,13 @@ def test_digest_pre_image_is_the_documented_bytes():
     """sha256 over, per tensor in name order, `name|dtype|shape|` (torch dtype names, the shape as
     `[5, 8]` with ', ') then the raw bytes; then the canonical metadata JSON."""
     path = VECTOR / "steps" / "step-000000.safetensors"
-    raw = path.read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "I32": "int32", "I64": "int64", "I8": "int8"}
-    h = hashlib.sha256()
-    for name in sorted(k for k in header if k != "__metadata__"):
-        e = header[name]
-        h.update(f"{name}|{names[e['dtype']]}|[{', '.join(map(str, e['shape']))}]|".encode())
-        a, b = e["data_offsets"]
-        h.update(raw[8 + n + a:8 + n + b])
-    h.update(b'{"rule":"greedy-ties","schema":"replay.step/1","step":0}')
+    meta = json.loads(json.loads(path.read_bytes()[8:8 + struct.unpack("<Q", path.read_bytes()[:8])[0]])
+                      ["__metadata__"]["replay"])
+    assert json.dumps(meta, sort_keys=True, separators=(",", ":")) == \
+        '{"rule":"greedy-ties","schema":"replay.step/1","step":0}'  # the canonical form the digest hashes
     manifest = json.loads((VECTOR / "manifest.json").read_text())
-    assert hashlib.sha256(h.hexdigest().encode()).hexdigest() == manifest["digest"]
+    step = documented_step_digest(path, hashlib.sha256)
+    assert hashlib.sha256(step.encode()).hexdigest() == manifest["digest"]
 
 
 def _mix(h, k):
