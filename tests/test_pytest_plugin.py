@@ -8,7 +8,7 @@ pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 FOUNDING = REPO / "fixtures" / "synthetic-founding"   # temperature 1.0 under drafts: greedy-only diverges
-PLAIN = REPO / "fixtures" / "conformance" / "gumbel-hash"
+PLAIN = REPO / "replay_harness" / "conformance" / "vectors" / "gumbel-hash"
 
 PROJECT = f'''
 from replay_harness.impls.reference import ReferenceSampler

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate the conformance vectors (fixtures/conformance/<rule>/), emitted tokens from `reference`.
+"""Regenerate the conformance vectors (replay_harness/conformance/vectors/<rule>/, package data), emitted tokens from `reference`.
 
-    python tools/make_conformance.py                 # every rule into fixtures/conformance/
+    python tools/make_conformance.py                 # every rule into replay_harness/conformance/vectors/
     python tools/make_conformance.py top-k-ties --out /tmp/x
 
 One small recording per rule of replay_harness/conformance/rules.py (V = 16, F32 unless the rule is about
@@ -228,7 +228,8 @@ def write_vector(rule: str, out: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rules", nargs="*", help="rule ids (default: all)")
-    ap.add_argument("--out", default="fixtures/conformance", help="folder of the vectors")
+    vectors = Path(__file__).resolve().parents[1] / "replay_harness" / "conformance" / "vectors"
+    ap.add_argument("--out", default=str(vectors), help="folder of the vectors (default: the package's, the one copy)")
     args = ap.parse_args()
     for rule in args.rules or [r.id for r in RULES]:
         if rule not in BUILDERS:

@@ -19,7 +19,7 @@ def conformance(
     impl_arg: ImplArgOpt = None,
     impl_timeout: ImplTimeoutOpt = None,
     vectors: Optional[str] = typer.Option(None, "--vectors", metavar="FOLDER", help="Folder of vectors (default: the "
-                                                                   "repository's fixtures/conformance)."),
+                                                                   "vectors shipped in the package)."),
     rule: Optional[List[str]] = typer.Option(None, "--rule", metavar="GLOB",
                                              help="Only the vectors whose rule id matches this glob (repeatable), e.g. "
                                                   "'greedy-*'."),

@@ -1,6 +1,6 @@
 """The rules the conformance vectors pin, one row each (docs/FIXTURES.md, "Sampling rules").
 
-Each vector under ``fixtures/conformance/<rule>/`` is a recording whose manifest names its rule
+Each vector under ``replay_harness/conformance/vectors/<rule>/`` is a recording whose manifest names its rule
 (``source.rule``); ``tools/make_conformance.py`` builds one recording per row here, with the tokens that
 ``reference`` emits, and ``replay conformance`` quotes the statement when an impl fails the vector.
 

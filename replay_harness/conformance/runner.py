@@ -5,7 +5,7 @@ other impl is checked on the RNG-independent vectors by route, support and stati
 (:mod:`replay_harness.conformance.independent`), and the MRV2 bit-exact vectors (``Rule.mrv2_only``) are
 "not applicable" to it: never a failure, never a pass.
 
-A vector is a recording (``fixtures/conformance/<rule>/``) whose emitted tokens are what every conforming
+A vector is a recording (``replay_harness/conformance/vectors/<rule>/``, shipped in the package) whose emitted tokens are what every conforming
 impl must emit, token for token: unlike ``replay run``, a near-tie is a failure here (the vectors keep
 every rounding-sensitive decision more than 1e-3 nats from its threshold, and their exact ties are decided
 by rules, not by rounding).
@@ -26,7 +26,8 @@ from replay_harness.impls.contract import Sampler
 from replay_harness.recording.schema import MANIFEST
 from replay_harness.recording.store import Recording
 
-DEFAULT_VECTORS = Path(__file__).resolve().parents[2] / "fixtures" / "conformance"
+# package data (pyproject.toml): a wheel install finds them as an editable one does
+DEFAULT_VECTORS = Path(__file__).resolve().parent / "vectors"
 
 
 @dataclass
@@ -64,7 +65,7 @@ class VectorResult:
 
 
 def find_vectors(root: str | Path | None = None, rules: list[str] | None = None) -> list[tuple[Rule, Recording]]:
-    """The vectors under ``root`` (default: the repository's fixtures/conformance), in folder order;
+    """The vectors under ``root`` (default: the vectors shipped in this package), in folder order;
     ``rules``: glob patterns of rule ids to keep (e.g. ``["greedy-*", "gumbel-clamp"]``)."""
     root = Path(root) if root is not None else DEFAULT_VECTORS
     if not root.is_dir():
