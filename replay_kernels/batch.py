@@ -51,8 +51,8 @@ class SamplingBatch:
     top_p           [R]      float32 1 = off
     min_p           [R]      float32 0 = off
     seed            [R]      int64   per-request RNG seed
-    draft_logits    [N-R, V] float (optional) pre-temperature draft logits, one row per verify row
     request_ids     [R]      int64 (optional) the engine's request ids, quoted in notes
+    draft_logits    [N-R, V] float (optional) pre-temperature draft logits, one row per verify row
     """
 
     logits: torch.Tensor
@@ -64,8 +64,8 @@ class SamplingBatch:
     top_p: torch.Tensor
     min_p: torch.Tensor
     seed: torch.Tensor
-    draft_logits: torch.Tensor | None = None
     request_ids: torch.Tensor | None = None
+    draft_logits: torch.Tensor | None = None
 
     @classmethod
     def of(cls, obj: object) -> "SamplingBatch":

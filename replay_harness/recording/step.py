@@ -13,79 +13,23 @@ from dataclasses import dataclass, field
 
 import torch
 
+from replay_kernels.batch import SamplingBatch, route_of
 from replay_harness.recording.schema import (  # noqa: F401  (re-exported: the route table's old home)
     PER_REQUEST_FIELDS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE, route_name)
 
 
 def expected_route(temperature: float, num_drafts: int) -> str:
-    """The route a request must take: temperature 0 is greedy; drafts mean verify."""
-    if num_drafts > 0:
-        return "greedy-verify" if temperature == 0.0 else "stochastic-verify"
-    return "greedy-sample" if temperature == 0.0 else "random-sample"
+    """The route a request must take: temperature 0 is greedy; drafts mean verify (the one rule:
+    ``replay_kernels.batch.route_of``)."""
+    return route_of(temperature, num_drafts)
 
 
 @dataclass
-class Step:
-    """Inputs of one sampler call (R requests, N = sum(1 + k_r) rows, V vocabulary).
-
-    logits          [N, V]  float32 | bfloat16 | float16  target logits as the engine produced them
-    cu_num_logits   [R+1]   int32   exclusive prefix sum of rows per request, starts at 0
-    draft_token_ids [N]     int32   draft verified at row j; -1 on bonus rows and for placeholders
-    positions       [N]     int64   sequence position of each row (the RNG key)
-    temperature     [R]     float32 0 = greedy
-    top_k           [R]     int32   0 (or >= V) = off
-    top_p           [R]     float32 1 = off
-    min_p           [R]     float32 0 = off
-    seed            [R]     int64   per-request RNG seed
-    request_ids     [R]     int64   the engine's request ids (for messages)
-    draft_logits    [N-R, V] float (optional) pre-temperature draft logits, one row per verify row
-    """
-
-    logits: torch.Tensor
-    cu_num_logits: torch.Tensor
-    draft_token_ids: torch.Tensor
-    positions: torch.Tensor
-    temperature: torch.Tensor
-    top_k: torch.Tensor
-    top_p: torch.Tensor
-    min_p: torch.Tensor
-    seed: torch.Tensor
-    request_ids: torch.Tensor
-    draft_logits: torch.Tensor | None = None
-
-    @property
-    def num_requests(self) -> int:
-        return self.cu_num_logits.numel() - 1
-
-    @property
-    def vocab_size(self) -> int:
-        return self.logits.shape[1]
-
-    @property
-    def num_drafts(self) -> torch.Tensor:
-        """[R] int64: k_r per request."""
-        return (self.cu_num_logits[1:] - self.cu_num_logits[:-1]).long() - 1
-
-    @property
-    def max_drafts(self) -> int:
-        return int(self.num_drafts.max()) if self.num_requests else 0
-
-    def row_to_request(self) -> torch.Tensor:
-        """[N] int64: the request that owns each row (on the device of ``cu_num_logits``)."""
-        return torch.repeat_interleave(torch.arange(self.num_requests, device=self.cu_num_logits.device),
-                                       self.num_drafts + 1)
-
-    def draft_row_index(self) -> torch.Tensor:
-        """[N] int64: the draft_logits row of each logits row, -1 on bonus rows (device of ``cu_num_logits``)."""
-        n = self.logits.shape[0]
-        is_bonus = torch.zeros(n, dtype=torch.bool, device=self.cu_num_logits.device)
-        is_bonus[self.cu_num_logits[1:].long() - 1] = True
-        idx = torch.cumsum((~is_bonus).long(), 0) - 1
-        return torch.where(is_bonus, torch.full_like(idx, -1), idx)
-
-    def expected_routes(self) -> list[str]:
-        temps, ks = self.temperature.tolist(), self.num_drafts.tolist()
-        return [expected_route(t, k) for t, k in zip(temps, ks)]
+class Step(SamplingBatch):
+    """Inputs of one sampler call as a recording holds them: the fields and row layout of
+    :class:`replay_kernels.batch.SamplingBatch` (R requests, N = sum(1 + k_r) rows, V vocabulary; shapes and
+    dtypes there and in docs/FIXTURES.md), ``request_ids`` [R] int64 always set (a step file holds them), plus
+    what the harness does with a step: move it, select requests, the expected route of each request."""
 
     def to(self, device: torch.device | str) -> "Step":
         moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
