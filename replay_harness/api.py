@@ -13,8 +13,10 @@ tokens (``tokens_not_compared``), its ``verdict()`` is "inconclusive", and :func
 :class:`InconclusiveReplay` (an AssertionError) unless ``routes_only=True`` was asked for on purpose.
 
 ``impl`` is a registered name (``replay impls``), ``exec:PROGRAM`` (docs/EXTERNAL.md) or any object with
-``sample(step) -> SampleResult``. ``device``: "cpu" (default; Triton impls then run under
-TRITON_INTERPRET=1), "cuda" or "auto". The same code runs ``replay run``; nothing here prints.
+``sample(step) -> SampleResult``. ``device``: "auto" (default, as in the CLI and the pytest plugin: CUDA when
+torch sees a GPU, else the CPU, where Triton impls run under TRITON_INTERPRET=1), "cpu" or "cuda"; the
+Comparison says which ran (``cmp.device``), and so does every AssertionError. The same code runs ``replay
+run``; nothing here prints.
 """
 from __future__ import annotations
 
@@ -58,9 +60,10 @@ def _opened(impl: Any, device: Any, impl_args: list[str] | None) -> Iterator[Any
             sampler.close()
 
 
-def replay(recording: Any, impl: Any = "reference", *, device: Any = "cpu",
+def replay(recording: Any, impl: Any = "reference", *, device: Any = "auto",
            impl_args: list[str] | None = None) -> list[SampleResult]:
-    """What ``impl`` emits for every step of ``recording`` (a path or a Recording), on the CPU."""
+    """What ``impl`` emits for every step of ``recording`` (a path or a Recording), run on ``device`` (the
+    results are moved to the CPU)."""
     from replay_harness.impls.contract import place
 
     rec = load(recording)
@@ -74,20 +77,24 @@ def replay(recording: Any, impl: Any = "reference", *, device: Any = "cpu",
         return out
 
 
-def compare(recording: Any, impl: Any = "reference", *, against: Any = "recorded", device: Any = "cpu",
+def compare(recording: Any, impl: Any = "reference", *, against: Any = "recorded", device: Any = "auto",
             impl_args: list[str] | None = None) -> Comparison:
     """Replay through ``impl`` and compare with ``against`` ("recorded": what the engine emitted, or an
-    impl); the :class:`Comparison` that ``replay run`` prints (``ok`` tolerates near-ties)."""
-    from replay_harness.compare.runner import run_recording
+    impl); the :class:`Comparison` that ``replay run`` prints (``ok`` tolerates near-ties), with
+    ``device`` set to the device that ran ("cpu", "cuda", ...)."""
+    from replay_harness.compare import runner
 
     rec = load(recording)
     with _opened(impl, device, impl_args) as (sampler, dev):
         sampler.begin_recording(str(rec.path))
         if isinstance(against, str) and against == "recorded":
-            return run_recording(rec, sampler, "recorded", dev)
-        with _opened(against, dev, None) as (other, _):
-            other.begin_recording(str(rec.path))
-            return run_recording(rec, sampler, other, dev)
+            cmp = runner.run_recording(rec, sampler, "recorded", dev)
+        else:
+            with _opened(against, dev, None) as (other, _):
+                other.begin_recording(str(rec.path))
+                cmp = runner.run_recording(rec, sampler, other, dev)
+    cmp.device = str(dev)
+    return cmp
 
 
 def describe_failure(cmp: Comparison, label: str = "impl") -> str:
@@ -108,22 +115,26 @@ def describe_failure(cmp: Comparison, label: str = "impl") -> str:
 def inconclusive_reason(cmp: Comparison, path: Any, label: str) -> str:
     """The one line an inconclusive comparison gives: what was not compared, and where to go."""
     contracts = next((n for n in cmp.notes if n.startswith("RNG contracts differ")), "RNG contracts differ")
-    return (f"{path}: INCONCLUSIVE: {label}: {cmp.summary()}; {contracts.split(':')[0]}. Test the sampler "
+    on = getattr(cmp, "device", None)
+    return (f"{path}: INCONCLUSIVE: {label}{f' on {on}' if on else ''}: {cmp.summary()}; "
+            f"{contracts.split(':')[0]}. Test the sampler "
             f"statistically with `replay verify {path} --impl ...`, declare rng_contract = \"mrv2\" if it "
             f"implements that contract, or pass routes_only=True (--replay-routes-only) to accept routes, refusals "
             f"and greedy tokens alone")
 
 
-def assert_replays(recording: Any, impl: Any = "reference", *, against: Any = "recorded", device: Any = "cpu",
+def assert_replays(recording: Any, impl: Any = "reference", *, against: Any = "recorded", device: Any = "auto",
                    impl_args: list[str] | None = None, routes_only: bool = False) -> Comparison:
     """:func:`compare`, raising ``AssertionError`` with :func:`describe_failure`'s lines unless ``ok``, and
     :class:`InconclusiveReplay` when stochastic tokens could not be compared (RNG contracts differ) unless
     ``routes_only`` (a check of routes, refusals and greedy tokens alone, asked for on purpose)."""
+    __tracebackhide__ = True  # a failing check in a pytest run shows the message, not these frames
     rec = load(recording)
     cmp = compare(rec, impl, against=against, device=device, impl_args=impl_args)
     label = impl if isinstance(impl, str) else getattr(impl, "name", type(impl).__name__)
     if not cmp.ok:
-        raise AssertionError(f"{rec.path}: {label} does not replay against {against if isinstance(against, str) else 'impl'}:"
+        raise AssertionError(f"{rec.path}: {label} does not replay against "
+                             f"{against if isinstance(against, str) else 'impl'} on {cmp.device}:"
                              f"\n{describe_failure(cmp, str(label))}")
     if cmp.verdict(routes_only) == "inconclusive":
         raise InconclusiveReplay(inconclusive_reason(cmp, rec.path, str(label)), cmp)

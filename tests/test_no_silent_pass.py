@@ -50,7 +50,7 @@ def test_comparison_counts_the_tokens_it_could_not_compare():
     assert cmp.ok and cmp.tokens_not_compared > 0 and cmp.stochastic_skipped > 0
     assert cmp.verdict() == "inconclusive" and cmp.verdict(routes_only=True) == "pass"
     assert cmp.to_dict()["tokens_not_compared"] == cmp.tokens_not_compared and cmp.to_dict()["inconclusive"]
-    with pytest.raises(InconclusiveReplay, match=r"INCONCLUSIVE: position-blind: .* stochastic token\(s\) .* "
+    with pytest.raises(InconclusiveReplay, match=r"INCONCLUSIVE: position-blind on cpu: .* stochastic token\(s\) .* "
                                                  r"not compared .*replay verify"):
         assert_replays(MIXED, PositionBlind())
     assert assert_replays(MIXED, PositionBlind(), routes_only=True).tokens_not_compared > 0

@@ -250,7 +250,7 @@ def test_cli_greedy_only_fails_on_the_founding_recording_and_names_it():
     assert line.startswith("fixtures/real-founding: step 0, request ")
     assert "chi2 = " in line and "df = " in line and "p = " in line
     assert "greedy-only emitted the argmax" in line and "in 100.0% of 200 trials reaching position 0" in line
-    assert out.strip().splitlines()[-1].startswith("FAIL: greedy-only:")
+    assert out.strip().splitlines()[-1].startswith("FAIL: greedy-only on cpu:")
 
 
 def test_cli_reference_passes_on_a_real_recording_json():
@@ -274,7 +274,7 @@ def test_cli_stochastic_passes_on_a_small_synthetic_recording(tmp_path):
                                                   steps=1, temperatures=(1.0,), features=frozenset({"no-k0"})))
     rc, out, err = cli("verify", str(rec), "--impl", "stochastic", "--trials", "60", "--device", "cpu")
     assert rc == 0, (out, err)
-    assert "PASS: stochastic:" in out and "0 failed" in out
+    assert "PASS: stochastic on cpu:" in out and "0 failed" in out
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -209,7 +209,7 @@ def print_tables(result, console, exit_code: int) -> None:
                                                           if s.timed_call == "launch" else " (whole call)")
                      for s in result.sides)
     console.print(f"replay bench: {sides}")
-    console.print(f"{env['gpu']}, torch {env['torch']}, triton {env['triton']}, clock {env['clock']}"
+    console.print(f"device {env['device']}: {env['gpu']}, torch {env['torch']}, triton {env['triton']}, clock {env['clock']}"
                   + (" (Triton interpreter: CPU timings are NOT representative)" if env["device"] == "cpu" else ""))
     console.print(f"{what}; {result.settings['repeats']} timed call(s) per step after {result.settings['warmup']} "
                   f"warm-up; L2: {result.settings['l2_policy']}")

@@ -68,7 +68,7 @@ def conformance(
     powerless = [r for r in applicable if r.status == "no power"]
     code = EXIT_MISMATCH if not ok else EXIT_OK if applicable and not powerless else EXIT_INCONCLUSIVE
     if as_json or json_file:
-        print_json({"impl": impl, "rng_contract": contract, "ok": code == EXIT_OK, "exit_code": code,
+        print_json({"impl": impl, "device": dev.type, "rng_contract": contract, "ok": code == EXIT_OK, "exit_code": code,
                     "vectors": [r.to_dict() for r in results]}, json_file=json_file, stdout=as_json)
     if not as_json:
         for r in results:
@@ -86,7 +86,7 @@ def conformance(
             if len(r.failures) > 5:
                 out.print(f"{impl}: rule {r.rule.id}: … (+{len(r.failures) - 5} more)")
         passed = sum(r.status == "ok" for r in applicable)
-        line = f"{impl}: {passed}/{len(applicable)} conformance vectors pass"
+        line = f"{impl} on {dev.type}: {passed}/{len(applicable)} conformance vectors pass"
         if len(applicable) < len(results):
             line += (f" (RNG-independent rules, by route, support and statistics at {trials} trials; "
                      f"{len(results) - len(applicable)} MRV2 bit-exact vector(s) not applicable to rng_contract "

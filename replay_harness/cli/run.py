@@ -65,7 +65,7 @@ def run(
         sharded = _run_sharded(options)
         if sharded is None:  # not rank 0: rank 0 reports for all
             raise typer.Exit(EXIT_OK)
-        paths, results = sharded
+        paths, results, dev = sharded
     else:
         import time
 
@@ -92,7 +92,8 @@ def run(
     ok = "fail" not in verdicts
     code = EXIT_MISMATCH if not ok else EXIT_INCONCLUSIVE if "inconclusive" in verdicts else EXIT_OK
     if as_json or json_file:
-        doc = {"impl": impl, "against": against, "impl_args": list(impl_arg or []), "ok": code == EXIT_OK,
+        doc = {"impl": impl, "against": against, "device": str(dev), "impl_args": list(impl_arg or []),
+               "ok": code == EXIT_OK,
                "exit_code": code, "verdict": _VERDICT[code], "routes_only": routes_only,
                "tokens_not_compared": sum(c.tokens_not_compared for _, c in results),
                "recordings": [{"path": p, "synthetic": r.synthetic, **c.to_dict(), "verdict": v}
@@ -104,15 +105,16 @@ def run(
         else:
             print(dumps(doc))
     else:
-        _print_table(impl, against, paths, results)
-        _print_summary(impl, against, paths, results, code, routes_only)
+        _print_table(impl, against, paths, results, str(dev))
+        _print_summary(impl, against, paths, results, code, routes_only, str(dev))
     raise typer.Exit(code)
 
 
 _VERDICT = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}
 
 
-def _print_summary(impl: str, against: str, paths: List[str], results: list, code: int, routes_only: bool) -> None:
+def _print_summary(impl: str, against: str, paths: List[str], results: list, code: int, routes_only: bool,
+                   device: str) -> None:
     """The verdict line: PASS / FAIL / INCONCLUSIVE with the counts, and where to go when inconclusive."""
     from replay_harness.compare.diff import Comparison
 
@@ -122,7 +124,7 @@ def _print_summary(impl: str, against: str, paths: List[str], results: list, cod
         total.tokens_matched += c.tokens_matched
         total.tokens_not_compared += c.tokens_not_compared
         total.stochastic_skipped += c.stochastic_skipped
-    line = f"{_VERDICT[code]}: {impl} against {against}: {total.summary(routes_only)}"
+    line = f"{_VERDICT[code]}: {impl} against {against} on {device}: {total.summary(routes_only)}"
     if code == EXIT_INCONCLUSIVE:
         import shlex
 
@@ -167,7 +169,7 @@ def _prepare(options: tuple, stack, shard=None) -> tuple:
 
 def _run_sharded(options: tuple) -> tuple | None:
     """Under torchrun: replay this rank's (recording, step) units (compare/distributed.py); rank 0 gets
-    (paths, [(recording, Comparison)]) merged in step order, the other ranks None."""
+    (paths, [(recording, Comparison)], its device type) merged in step order, the other ranks None."""
     from contextlib import ExitStack
 
     from replay_harness.compare import distributed
@@ -181,7 +183,7 @@ def _run_sharded(options: tuple) -> tuple | None:
         with ExitStack() as stack:
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack, shard)
             heads = [start_comparison(rec, sampler, other) for rec in recs]
-            mine.update(paths=paths, recs=recs, heads=[cmp for cmp, _, _ in heads])
+            mine.update(paths=paths, recs=recs, heads=[cmp for cmp, _, _ in heads], device=dev.type)
             for (r, i), record in shard.steps(recs, dev):
                 if r not in begun:
                     begun.add(r)
@@ -195,12 +197,12 @@ def _run_sharded(options: tuple) -> tuple | None:
     if values is None:
         return None
     merged = distributed.merge_units(mine["heads"], [part for parts in values for part in parts])
-    return mine["paths"], list(zip(mine["recs"], merged))
+    return mine["paths"], list(zip(mine["recs"], merged)), mine["device"]
 
 
-def _print_table(impl: str, against: str, paths: List[str], results: list) -> None:
+def _print_table(impl: str, against: str, paths: List[str], results: list, device: str) -> None:
     """One row per recording, then per recording: violations, refusals, notes and the first divergence."""
-    table = Table(title=f"replay run --impl {impl} --against {against}")
+    table = Table(title=f"replay run --impl {impl} --against {against} on {device}")
     for col in ("recording", "steps", "requests", "tokens", "matched", "not compared", "near-ties", "violations",
                 "refused", "result"):
         table.add_column(col, justify="left" if col == "recording" else "right")

@@ -125,12 +125,12 @@ def verify(
     if report.inconclusive:  # nothing could have failed in a bug's direction: no pass (docs/VERIFY.md)
         code = EXIT_INCONCLUSIVE
     if as_json or json_file:
-        doc = {**report.to_dict(), "exit_code": code, "ok": code == EXIT_OK,
+        doc = {**report.to_dict(), "device": dev.type, "exit_code": code, "ok": code == EXIT_OK,
                "recordings": [{"path": label, "synthetic": syn, "steps": chosen}
                               for label, syn, _, chosen in sources]}
         print_json(doc, default=float, json_file=json_file, stdout=as_json)
     if not as_json:
-        _print(report, sources, code)
+        _print(report, sources, code, dev.type)
     raise typer.Exit(code)
 
 
@@ -177,9 +177,9 @@ def _statistic(c, thr: float) -> str:
     return "exact check"
 
 
-def _print(report, sources, code: int) -> None:
+def _print(report, sources, code: int, device: str) -> None:
     """The table (one row per request), one line per failed test and refusal, and the verdict."""
-    table = Table(title=f"replay verify --impl {report.impl}  ({report.trials} trials per request, "
+    table = Table(title=f"replay verify --impl {report.impl} on {device} ({report.trials} trials per request, "
                         f"alpha {report.alpha:g})")
     for col in ("recording", "step", "request", "temp", "k", "route", "tests", "min p", "result"):
         table.add_column(col, justify="left" if col in ("recording", "route") else "right")
@@ -220,4 +220,4 @@ def _print(report, sources, code: int) -> None:
             f"; raise --trials to {need}" if need else
             "; more trials cannot help (every request greedy, not testable or certain): verify other steps or "
             "recordings with temperature > 0 requests"))
-    out.print(f"{verdict}: {report.impl}: {summary}", soft_wrap=True)
+    out.print(f"{verdict}: {report.impl} on {device}: {summary}", soft_wrap=True)
