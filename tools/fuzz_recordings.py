@@ -37,7 +37,9 @@ sys.path.insert(0, str(REPO))
 from tools.fuzz import cases, tree  # noqa: E402
 from tools.fuzz.worker import rss_bound_kb, serve  # noqa: E402
 
-NOT_FAILURES = ("startup-interrupt",)  # counted, not failures: Ctrl-C in the interpreter's first ~0.1 s
+# Counted, not failures: Ctrl-C in the interpreter's first ~0.1 s; SIGINT to exit past 1.5 s, which on a shared
+# machine measures the other processes' load as much as replay (tests/test_exec_signals.py holds the bound).
+NOT_FAILURES = ("startup-interrupt", "slow-interrupt")
 COMMANDS = ("validate", "inspect", "run", "audit", "bench")
 BUILD_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 180.0

@@ -290,6 +290,9 @@ def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] 
     cases.FUZZ_LIMITS.update(limits or {})
 
     torch.set_num_threads(1)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # started in the background (`nohup ... &`): the
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # children would inherit it, and a SIGINT sent before
+        # replay installs its handler would be lost (the command then runs to its end) instead of counted
     permission_checks = drop_file_capabilities()
     baseline = warm_up()
     conn.send(("ready", {"pid": os.getpid(), "permission_checks": permission_checks, "baseline_rss_kb": baseline,
