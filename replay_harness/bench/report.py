@@ -200,8 +200,14 @@ def _fmt(v: Any, spec: str = ",.1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def print_tables(result, console, exit_code: int) -> None:
-    from rich.table import Table
+def _us(v: Any, spec: str = ",.1f") -> str:
+    """Microseconds: tenths below 10,000 µs, whole above (a CPU step's 105,123 µs fits its column)."""
+    return ",.0f" if v is not None and v >= 10_000 else spec
+
+
+def print_tables(result, console, exit_code: int, T) -> None:
+    """The bench's lines and tables on ``console``; ``T``: replay_harness.cli.tables (tables that read at 80
+    columns), passed in by the command so this module imports nothing of the CLI."""
 
     env = result.env
     sides = " vs ".join(f"{s.key} = {s.label}" for s in result.sides)
@@ -213,24 +219,27 @@ def print_tables(result, console, exit_code: int) -> None:
                   + (" (Triton interpreter: CPU timings are NOT representative)" if env["device"] == "cpu" else ""))
     console.print(f"{what}; {result.settings['repeats']} timed call(s) per step after {result.settings['warmup']} "
                   f"warm-up; L2: {result.settings['l2_policy']}")
-    t = Table(title="time per step, by impl and route")
-    for col in ("side", "impl", "routes", "steps", "median µs", "spread µs", "µs/token", "bytes/step", "GB/s",
-                "self-reported µs"):
-        t.add_column(col, justify="left" if col in ("side", "impl", "routes") else "right")
-    for r in summary_rows(result):
-        t.add_row(r["side"], r["label"], r["route_mix"], str(r["steps"]), _fmt(r["median_us"]), _fmt(r["spread_us"]),
-                  _fmt(r["us_per_token"], ",.2f"), _fmt(r["bytes_per_step"], ",.0f"),
-                  _fmt(r["gbps"], ",.1f" if (r["gbps"] or 0) >= 10 else ".2g"),
-                  _fmt(r["self_reported_us"]))
+    rows = summary_rows(result)
+    self_reported = any(r["self_reported_us"] is not None for r in rows)  # external programs that time themselves
+    t = T.table("time per step, by impl and route",
+                [("impl", T.TEXT), ("routes", T.TEXT), ("steps", T.NUM), ("median\nµs", T.NUM),
+                 ("spread\nµs", T.NUM), ("µs per\ntoken", T.NUM), ("bytes\nper step", T.NUM), ("GB/s", T.NUM)]
+                + [("self-\nreported µs", T.NUM)] * self_reported)
+    for r in rows:
+        t.add_row(f"{r['side']}: {r['label']}", r["route_mix"].replace("+", "+ "), str(r["steps"]),
+                  _fmt(r["median_us"], _us(r["median_us"])),
+                  _fmt(r["spread_us"], _us(r["spread_us"])), _fmt(r["us_per_token"], _us(r["us_per_token"], ",.2f")),
+                  _fmt(r["bytes_per_step"], ",.0f"), _fmt(r["gbps"], ",.1f" if (r["gbps"] or 0) >= 10 else ".2g"),
+                  *[_fmt(r["self_reported_us"])] * self_reported)
     console.print(t)
-    c = Table(title="coverage: what each impl did (counted)")
-    for col in ("side", "impl", "requests by route", "rows by route", "violations", "kernels launched"):
-        c.add_column(col)
+    c = T.table("coverage: what each impl did (counted)",
+                [("impl", T.TEXT), ("requests\nby route", T.TEXT), ("rows\nby route", T.TEXT),
+                 ("violations", T.TEXT), ("kernels\nlaunched", T.TEXT)])
     for s in result.sides:
         cov = result.coverage[s.key]
         kern = "not observable" if cov.kernels is None else \
             (", ".join(f"{k} x{v}" for k, v in sorted(cov.kernels.items())) or "none")
-        c.add_row(s.key, s.label, ", ".join(f"{k} {v}" for k, v in sorted(cov.requests_by_route.items())) or "-",
+        c.add_row(f"{s.key}: {s.label}", ", ".join(f"{k} {v}" for k, v in sorted(cov.requests_by_route.items())) or "-",
                   ", ".join(f"{k} {v}" for k, v in sorted(cov.rows_by_route.items())) or "-",
                   ", ".join(f"{k} x{v}" for k, v in sorted(cov.violations.items())) or "none", kern)
     console.print(c)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import typer
-from rich.table import Table
+from replay_harness.cli import tables
 
 from replay_harness.cli.common import (JsonFileOpt, JsonOpt, NanOpt, QuietOpt, RecordingsArg, check_json_file, ids,
                                        out, print_json, progress, small_cpu_threads, warn_recording)
@@ -75,22 +75,24 @@ def audit(
 
     for r in results:
         label = r.path + (" (synthetic)" if r.synthetic else "")
-        table = Table(title=f"replay audit {label}: {r.steps} steps, {r.request_steps} request-steps, "
-                            f"{r.tokens_stochastic} T>0 tokens, {r.tokens_greedy} greedy tokens")
-        for col in ("check", "scope", "tail", "tokens", "observed", "expected", "p-value", "result"):
-            table.add_column(col, justify="left" if col in ("check", "scope", "tail") else "right")
+        T = tables
+        table = T.table(f"replay audit {label}: {r.steps} steps, {r.request_steps} request-steps, "
+                        f"{r.tokens_stochastic} T>0 tokens, {r.tokens_greedy} greedy tokens",
+                        [("check", T.TEXT), ("scope", T.WORD), ("tail", T.WORD), ("tokens", T.NUM),
+                         ("observed", T.NUM), ("expected", T.NUM), ("p-value", T.NUM), ("result", T.WORD)])
         for t in r.tests:
             if t.scope.startswith("request") and not all_tests:
                 continue
             verdict = "FINDING" if t.log10_p < math.log10(threshold) else \
                 ("note" if t.log10_p < math.log10(note) else "ok")
             table.add_row(f"{t.kind} ({t.test})", t.scope, t.tail, str(t.terms), str(t.observed),
-                          f"{t.expected:.1f}", format_p(t.log10_p), verdict)
+                          f"{t.expected:.1f}", format_p(t.log10_p), verdict, style=T.cell_style(verdict))
         certain = {f.kind for f in r.findings if f.log10_p == float("-inf")}
         for kind in ("outside-support", "greedy-not-argmax", "structure"):
             n = sum(int(f.observed or 0) for f in r.findings if f.kind == kind)
-            table.add_row(kind, "all", "-", "-", str(n), "0", "0" if kind in certain else "-",
-                          "FINDING" if kind in certain else ("ok" if r.testable else "not tested"))
+            verdict = "FINDING" if kind in certain else ("ok" if r.testable else "not tested")
+            table.add_row(kind, "all", "-", "-", str(n), "0", "0" if kind in certain else "-", verdict,
+                          style=T.cell_style(verdict))
         out.print(table)
     for r in results:
         for f in r.findings:

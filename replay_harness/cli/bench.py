@@ -200,7 +200,9 @@ def bench(
     if as_json:
         print(dumps(doc))
     else:
-        print_tables(result, out, code)
+        from replay_harness.cli import tables
+
+        print_tables(result, out, code, tables)
     if png:
         try:
             plot_rows(rows, png)

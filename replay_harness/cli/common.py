@@ -34,10 +34,10 @@ class SafeConsole(Console):
         return super().render_str(printable(text), **kwargs)
 
 
-# stdout: tables and lines (wide when piped, so lines are not cut); stderr: progress, warnings, errors.
+# stdout: tables and lines; stderr: progress, warnings, errors. Tables fit the terminal, $COLUMNS, or 80 columns
+# when piped (their long cells fold: tests/test_tables_80.py); plain lines are never cut (soft_wrap).
 # markup off: labels such as "stochastic[drop-drafts]" would otherwise be eaten as rich style tags.
-out = SafeConsole(highlight=False, markup=False, emoji=False, soft_wrap=True,
-                  width=None if sys.stdout.isatty() else 160)
+out = SafeConsole(highlight=False, markup=False, emoji=False, soft_wrap=True)
 err = SafeConsole(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 

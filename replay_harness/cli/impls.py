@@ -1,7 +1,7 @@
 """`replay impls`: the sampler implementations --impl accepts (the registry: replay_harness.impls)."""
 from __future__ import annotations
 
-from rich.table import Table
+from replay_harness.cli import tables
 
 from replay_harness.cli.common import JsonFileOpt, JsonOpt, check_json_file, out, print_json
 from replay_harness.errors import ReplayError
@@ -30,10 +30,11 @@ def impls(as_json: JsonOpt = False, json_file: JsonFileOpt = None) -> None:
         print_json(rows, json_file=json_file, stdout=as_json)
     if as_json:
         return
-    table = Table(title="impls")
-    for col in ("name", "rng", "cuda only", "description"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["name"], str(r["rng_contract"]), str(r["requires_cuda"]), r["description"])
-    table.caption = "and exec:PROGRAM [--impl-arg ARG ...]: an external sampler process (docs/EXTERNAL.md)"
+    T = tables
+    table = T.table("impls", [("name", T.WORD), ("rng", T.WORD), ("needs", T.WORD), ("description", T.TEXT)])
+    for r in rows:  # words, never Python's None / False; "-" where an unavailable impl could not say
+        needs = "-" if r["requires_cuda"] is None else "CUDA" if r["requires_cuda"] else "CPU or CUDA"
+        table.add_row(r["name"], r["rng_contract"] or "-", needs if r["available"] else "unavailable",
+                      r["description"])
+    table.caption = "also exec:PROGRAM: an external sampler process (docs/EXTERNAL.md)"
     out.print(table)

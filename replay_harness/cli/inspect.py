@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
+from replay_harness.cli import tables
 
 from replay_harness.cli.common import (JsonFileOpt, JsonOpt, RecordingsArg, check_json_file, out, print_json,
                                        warn_recording)
@@ -37,9 +37,8 @@ def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileO
 
 def _print_table(path: str, s: dict) -> None:
     """The summary of one recording as a two-column table."""
-    table = Table(title=f"{path}" + (" (synthetic)" if s["synthetic"] else ""), show_header=False)
-    table.add_column("what")
-    table.add_column("value")
+    table = tables.table(f"{path}" + (" (synthetic)" if s["synthetic"] else ""),
+                         [("what", tables.WORD), ("value", tables.TEXT)], show_header=False)
     rows = [
         ("schema", f"{s['schema']}  complete={s['complete']}  rng={s['rng_contract']}"),
         ("source", _clip(json.dumps(s["source"], sort_keys=True), 200)),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
 import typer
-from rich.table import Table
+from replay_harness.cli import tables
 
 from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, QuietOpt, check_json_file, err,
                                        impl_opt, out, print_json, progress, temperatures)
@@ -152,9 +152,8 @@ def record(
         print_json(summary, json_file=json_file, stdout=as_json)
     if as_json:
         return
-    table = Table(title=f"replay record -> {summary['out']}", show_header=False)
-    table.add_column("what")
-    table.add_column("value")
+    table = tables.table(f"replay record -> {summary['out']}", [("what", tables.WORD), ("value", tables.TEXT)],
+                         show_header=False)
     for k, v in (("model", summary["model"]), ("drafter", summary["drafter"]), ("impl", summary["impl"]),
                  ("steps run / recorded", f"{summary['steps_run']} / {summary['steps_recorded']}"),
                  ("stopped by", summary["stopped"]), ("requests", str(len(summary["requests"]))),

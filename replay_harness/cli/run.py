@@ -9,8 +9,7 @@ import json
 from typing import List
 
 import typer
-from rich.table import Table
-
+from replay_harness.cli import tables
 from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, NanOpt, NegInfOpt, QuietOpt,
                                        RecordingsArg, check_json_file, device_opt, dumps, err, ids, impl_arg_opt,
                                        impl_opt, out, progress, warn_recording, write_json_file)
@@ -202,16 +201,19 @@ def _run_sharded(options: tuple) -> tuple | None:
 
 def _print_table(impl: str, against: str, paths: List[str], results: list, device: str) -> None:
     """One row per recording, then per recording: violations, refusals, notes and the first divergence."""
-    table = Table(title=f"replay run --impl {impl} --against {against} on {device}")
-    for col in ("recording", "steps", "requests", "tokens", "matched", "not compared", "near-ties", "violations",
-                "refused", "result"):
-        table.add_column(col, justify="left" if col == "recording" else "right")
+    table = tables.table(f"replay run --impl {impl} --against {against} on {device}",
+                         [("recording", tables.TEXT), ("steps", tables.NUM), ("request\nsteps", tables.NUM),
+                          ("tokens", tables.NUM), ("matched", tables.NUM), ("also", tables.TEXT),
+                          ("result", tables.WORD)])
     for path, (rec, c) in zip(paths, results):
         label = path + (" (synthetic)" if rec.synthetic else "")
         result = {"fail": "FAIL", "inconclusive": "INCONCLUSIVE", "pass": "ok"}[c.verdict()]
-        table.add_row(label, str(c.steps), str(c.requests), str(c.tokens_compared), str(c.tokens_matched),
-                      str(c.tokens_not_compared), str(c.near_ties), str(len(c.violations)), str(len(c.refused)),
-                      result)
+        # tokens: every token of the compared requests' answers, compared or not (the same count whatever the
+        # impl's RNG contract); matched: of those compared token for token
+        also = [f"{n} {what}" for n, what in ((c.tokens_not_compared, "not compared"), (c.near_ties, "near-ties"),
+                                              (len(c.violations), "violations"), (len(c.refused), "refused")) if n]
+        table.add_row(label, str(c.steps), str(c.requests), str(c.tokens_compared + c.tokens_not_compared),
+                      str(c.tokens_matched), ", ".join(also) or "-", result, style=tables.cell_style(result))
     out.print(table)
     for path, (rec, c) in zip(paths, results):
         for kind, n in c.violations_by_kind("impl").items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
-from rich.table import Table
+from replay_harness.cli import tables
 
 from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, NanOpt, QuietOpt, check_json_file,
                                        device_opt, impl_arg_opt, impl_opt, out, print_json, progress, set_impl_timeout,
@@ -179,15 +179,17 @@ def _statistic(c, thr: float) -> str:
 
 def _print(report, sources, code: int, device: str) -> None:
     """The table (one row per request), one line per failed test and refusal, and the verdict."""
-    table = Table(title=f"replay verify --impl {report.impl} on {device} ({report.trials} trials per request, "
-                        f"alpha {report.alpha:g})")
-    for col in ("recording", "step", "request", "temp", "k", "route", "tests", "min p", "result"):
-        table.add_column(col, justify="left" if col in ("recording", "route") else "right")
+    T = tables
+    table = T.table(f"replay verify --impl {report.impl} on {device} ({report.trials} trials per request, "
+                    f"alpha {report.alpha:g})", [("recording", T.TEXT), ("step", T.NUM), ("request", T.NUM),
+                                                 ("temp", T.NUM), ("k", T.NUM), ("route", T.TEXT), ("tests", T.NUM),
+                                                 ("min p", T.NUM), ("result", T.WORD)])
     for u in report.units:
         ps = [c.p_value for c in u.checks if c.p_value is not None]
         result = unit_result(u)
         table.add_row(u.recording, str(u.step), str(u.request_id), f"{u.temperature:g}", str(u.num_drafts),
-                      ",".join(u.routes), str(len(u.checks)), _fmt_p(min(ps)) if ps else "-", result)
+                      ",".join(u.routes), str(len(u.checks)), _fmt_p(min(ps)) if ps else "-", result,
+                      style=T.cell_style(result))
     out.print(table)
     thr = report.threshold
     for c in report.failures[:MAX_FAILURE_LINES]:
