@@ -59,7 +59,7 @@ def test_json_is_byte_identical_run_to_run(mixed):
 
 def test_inspect_and_validate(mixed):
     code, out, _ = cli("inspect", str(mixed), "--json")
-    s = json.loads(out)
+    (s,) = json.loads(out)["recordings"]
     assert code == 0 and s["steps"] == 3 and s["synthetic"] and s["vocab_size"] == 1000
     assert s["greedy_requests"] + s["stochastic_requests"] == s["requests"] == 24
     code, out, _ = cli("inspect", str(mixed))
@@ -70,7 +70,7 @@ def test_inspect_and_validate(mixed):
 
 def test_impls_lists_builtins():
     code, out, _ = cli("impls", "--json")
-    names = {r["name"] for r in json.loads(out)}
+    names = {r["name"] for r in json.loads(out)["impls"]}
     assert code == 0 and {"reference", "greedy-only", "guarded", "stochastic"} <= names
 
 

@@ -194,7 +194,7 @@ def test_json_file_for_impls_and_synth(tmp_path):
     target = tmp_path / "impls.json"
     code, out, _ = inproc("impls", "--json-file", str(target))
     assert code == 0 and "reference" in out and {"reference", "stochastic"} <= {r["name"] for r in
-                                                                              json.loads(target.read_text())}
+                                                                              json.loads(target.read_text())["impls"]}
     code, out, _ = inproc("synth", str(PLAIN), "--out", str(tmp_path / "s"), "--batch", "2", "--vocab", "100",
                           "--json-file", str(tmp_path / "s.json"))
     assert code == 0 and out.startswith("wrote ") and json.loads((tmp_path / "s.json").read_text())["derived"]

@@ -69,7 +69,7 @@ def test_inspect_table_escapes_manifest_strings(tmp_path):
     _clean(err)
     assert "rng=\\x1b]0;pwned\\x07" in out
     code, out, _ = main_inproc("inspect", str(rec), "--json")  # JSON carries the exact strings, escaped as JSON
-    assert code == 0 and "\x1b" not in out and json.loads(out)["rng_contract"] == TITLE
+    assert code == 0 and "\x1b" not in out and json.loads(out)["recordings"][0]["rng_contract"] == TITLE
 
 
 def test_error_line_is_escaped_by_the_console_script(tmp_path):

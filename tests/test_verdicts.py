@@ -105,7 +105,7 @@ def test_validate_warns_and_counts_neg_inf_rows_and_error_mode_rejects_them(tmp_
     assert "2 steps, valid, 1 all -inf row(s)" in out
     code, out, err = inproc("validate", str(rec), "--neg-inf-rows", "error", "--json")
     doc = json.loads(out)
-    assert code == 2 and not doc["valid"] and doc["neg_inf_rows"] == 1
+    assert code == 2 and not doc["valid"] and doc["recordings"][0]["neg_inf_rows"] == 1
     with pytest.raises(InputError, match="all -inf row 0"):
         Recording(rec, neg_inf="error")[1]
     assert Recording(rec)[1].step.logits[0].isneginf().all()  # warn (default): the step loads
@@ -162,10 +162,11 @@ def test_validate_and_inspect_take_many_recordings_and_folders(tree):
     doc = json.loads(out)
     assert code == 0 and doc["valid"] and [d["path"] for d in doc["recordings"]] == [str(tree / "a"),
                                                                                        str(tree / "sub" / "b")]
-    code, out, _ = inproc("validate", str(tree / "a"), "--json")  # one path: the document as before
-    assert code == 0 and json.loads(out)["path"] == str(tree / "a")
+    code, out, _ = inproc("validate", str(tree / "a"), "--json")  # one path: the same shape, a list of one
+    assert code == 0 and [d["path"] for d in json.loads(out)["recordings"]] == [str(tree / "a")]
     code, out, _ = inproc("inspect", str(tree), "--json")
-    assert code == 0 and [d["path"] for d in json.loads(out)] == [str(tree / "a"), str(tree / "sub" / "b")]
+    assert code == 0 and [d["path"] for d in json.loads(out)["recordings"]] == [str(tree / "a"),
+                                                                                 str(tree / "sub" / "b")]
     code, out, _ = inproc("inspect", str(tree / "a"), str(tree / "sub" / "b"))
     assert code == 0 and out.count("steps / requests / rows") == 2
 
@@ -189,7 +190,8 @@ def test_verify_takes_a_folder_and_its_progress_has_a_total(tree):
     code, out, err = _replay("verify", str(tree), "--trials", "4", "--steps", "0", "--device", "cpu",
                              REPLAY_PROGRESS_EVERY="0")
     assert code in (0, 4), out + err
-    assert str(tree / "a") in out and str(tree / "sub" / "b") in out
+    flat = "".join(out.split())  # the table folds long paths at 80 columns
+    assert str(tree / "a") in flat and str(tree / "sub" / "b") in flat
     done, total = err.splitlines()[-1].removeprefix("replay verify: ").split(" ")[0].split("/")
     assert done == total and int(total) > 0 and "ETA" in err, err
 
@@ -197,7 +199,7 @@ def test_verify_takes_a_folder_and_its_progress_has_a_total(tree):
 def test_errors_are_json_on_stdout_under_json(tmp_path):
     code, out, err = cli("validate", str(tmp_path / "missing"), "--json")
     assert code == 2 and json.loads(out) == {"error": f"error: {tmp_path / 'missing'}: no such file or directory",
-                                             "exit_code": 2}
+                                             "exit_code": 2, "schema": "replay.error/1"}
     assert "replay: error:" in err
     code, out, _ = cli("inspect", str(tmp_path / "missing"))
     assert code == 2 and out == ""

@@ -47,7 +47,7 @@ def summary_rows(result) -> list[dict]:
 
 def to_json(result, exit_code: int) -> dict:
     return {
-        "exit_code": exit_code,
+        "schema": "replay.bench/1", "ok": exit_code == 0, "exit_code": exit_code,
         "verdict": result.verdict.to_dict(),
         "env": result.env,
         "settings": result.settings,

@@ -154,7 +154,8 @@ def _fail(line: str, code: int) -> None:
     if _SIGNALLED.is_set() and code != 130:  # the error is the interrupt's doing (a program it killed)
         _interrupted()
     err.print(printable(line))  # one line: a newline or escape sequence from a path or a file is escaped
-    doc = json.dumps({"error": line.removeprefix("replay: "), "exit_code": code}, sort_keys=True)
+    doc = json.dumps({"schema": "replay.error/1", "error": line.removeprefix("replay: "), "exit_code": code},
+                     sort_keys=True)
     if "--json" in sys.argv[1:]:
         print(doc)
     for path in CHECKED_JSON_FILE:

@@ -67,7 +67,7 @@ def audit(
     code = EXIT_MISMATCH if not all(r.ok for r in results) else (EXIT_OK if testable else EXIT_INCONCLUSIVE)
     if as_json or json_file:
         # ok: exit 0 (nothing found and everything testable); testable: every recording had a token to test
-        doc = {"ok": code == EXIT_OK, "testable": testable, "exit_code": code, "threshold": threshold,
+        doc = {"schema": "replay.audit/1", "ok": code == EXIT_OK, "testable": testable, "exit_code": code, "threshold": threshold,
                "note": note, "recordings": [r.to_dict() for r in results]}
         print_json(doc, json_file=json_file, stdout=as_json)
     if as_json:

@@ -68,7 +68,7 @@ def conformance(
     powerless = [r for r in applicable if r.status == "no power"]
     code = EXIT_MISMATCH if not ok else EXIT_OK if applicable and not powerless else EXIT_INCONCLUSIVE
     if as_json or json_file:
-        print_json({"impl": impl, "device": dev.type, "rng_contract": contract, "ok": code == EXIT_OK,
+        print_json({"schema": "replay.conformance/1", "impl": impl, "device": dev.type, "rng_contract": contract, "ok": code == EXIT_OK,
                     "exit_code": code,
                     "vectors": [r.to_dict() for r in results]}, json_file=json_file, stdout=as_json)
     if not as_json:

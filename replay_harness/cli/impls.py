@@ -27,7 +27,8 @@ def impls(as_json: JsonOpt = False, json_file: JsonFileOpt = None) -> None:
             rows.append({"name": name, "description": str(e), "rng_contract": None, "requires_cuda": None,
                          "available": False, "source": source})
     if as_json or json_file:
-        print_json(rows, json_file=json_file, stdout=as_json)
+        print_json({"schema": "replay.impls/1", "impls": rows, "external": "exec:PROGRAM"}, json_file=json_file,
+                   stdout=as_json)
     if as_json:
         return
     T = tables

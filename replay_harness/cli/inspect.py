@@ -28,7 +28,8 @@ def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileO
     for rec in recs:  # not closed cleanly, or a digest that does not match: one warning line each
         warn_recording(rec)
     if as_json or json_file:
-        print_json(summaries[0][1] if len(summaries) == 1 else [s for _, s in summaries], json_file=json_file,
+        # one shape whatever the number of recordings (docs/INTEGRATION.md, "JSON documents")
+        print_json({"schema": "replay.inspect/1", "recordings": [s for _, s in summaries]}, json_file=json_file,
                    stdout=as_json)
     if not as_json:
         for path, s in summaries:

@@ -149,7 +149,7 @@ def record(
     summary = run_record(opts, loading=lambda model: _loading(model, quiet),
                          decoding=lambda steps: _decoding(steps, quiet))
     if as_json or json_file:
-        print_json(summary, json_file=json_file, stdout=as_json)
+        print_json({"schema": "replay.record/1", **summary}, json_file=json_file, stdout=as_json)
     if as_json:
         return
     table = tables.table(f"replay record -> {summary['out']}", [("what", tables.WORD), ("value", tables.TEXT)],

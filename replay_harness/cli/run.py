@@ -91,7 +91,7 @@ def run(
     ok = "fail" not in verdicts
     code = EXIT_MISMATCH if not ok else EXIT_INCONCLUSIVE if "inconclusive" in verdicts else EXIT_OK
     if as_json or json_file:
-        doc = {"impl": impl, "against": against, "device": str(dev), "impl_args": list(impl_arg or []),
+        doc = {"schema": "replay.run/1", "impl": impl, "against": against, "device": str(dev), "impl_args": list(impl_arg or []),
                "ok": code == EXIT_OK,
                "exit_code": code, "verdict": _VERDICT[code], "routes_only": routes_only,
                "tokens_not_compared": sum(c.tokens_not_compared for _, c in results),

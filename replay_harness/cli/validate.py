@@ -26,7 +26,8 @@ def validate(paths: RecordingsArg, nan: NanOpt = "error", neg_inf: NegInfOpt = "
     check_json_file(json_file, paths)
     docs = [_validate_one(p, nan, neg_inf, clean_tmp, as_json) for p in find_recordings(paths)]
     if as_json or json_file:
-        print_json(docs[0] if len(docs) == 1 else {"valid": all(d["valid"] for d in docs), "recordings": docs},
+        # one shape whatever the number of recordings (docs/INTEGRATION.md, "JSON documents")
+        print_json({"schema": "replay.validate/1", "valid": all(d["valid"] for d in docs), "recordings": docs},
                    json_file=json_file, stdout=as_json)
     raise typer.Exit(0 if all(d["valid"] for d in docs) else 2)
 

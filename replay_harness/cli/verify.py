@@ -125,7 +125,7 @@ def verify(
     if report.inconclusive:  # nothing could have failed in a bug's direction: no pass (docs/VERIFY.md)
         code = EXIT_INCONCLUSIVE
     if as_json or json_file:
-        doc = {**report.to_dict(), "device": dev.type, "exit_code": code, "ok": code == EXIT_OK,
+        doc = {"schema": "replay.verify/1", **report.to_dict(), "device": dev.type, "exit_code": code, "ok": code == EXIT_OK,
                "recordings": [{"path": label, "synthetic": syn, "steps": chosen}
                               for label, syn, _, chosen in sources]}
         print_json(doc, default=float, json_file=json_file, stdout=as_json)
@@ -180,17 +180,17 @@ def _statistic(c, thr: float) -> str:
 def _print(report, sources, code: int, device: str) -> None:
     """The table (one row per request), one line per failed test and refusal, and the verdict."""
     T = tables
-    table = T.table(f"replay verify --impl {report.impl} on {device} ({report.trials} trials per request, "
-                    f"alpha {report.alpha:g})", [("recording", T.TEXT), ("step", T.NUM), ("request", T.NUM),
-                                                 ("temp", T.NUM), ("k", T.NUM), ("route", T.TEXT), ("tests", T.NUM),
-                                                 ("min p", T.NUM), ("result", T.WORD)])
-    for u in report.units:
-        ps = [c.p_value for c in u.checks if c.p_value is not None]
-        result = unit_result(u)
-        table.add_row(u.recording, str(u.step), str(u.request_id), f"{u.temperature:g}", str(u.num_drafts),
-                      ",".join(u.routes), str(len(u.checks)), _fmt_p(min(ps)) if ps else "-", result,
-                      style=T.cell_style(result))
-    out.print(table)
+    out.print(f"replay verify --impl {report.impl} on {device} ({report.trials} trials per request, "
+              f"alpha {report.alpha:g})")
+    for recording in dict.fromkeys(u.recording for u in report.units):  # one table per recording, named above it
+        table = T.table(recording, [("step", T.NUM), ("request", T.NUM), ("temp", T.NUM), ("k", T.NUM),
+                                    ("route", T.TEXT), ("tests", T.NUM), ("min p", T.NUM), ("result", T.WORD)])
+        for u in (u for u in report.units if u.recording == recording):
+            ps = [c.p_value for c in u.checks if c.p_value is not None]
+            result = unit_result(u)
+            table.add_row(str(u.step), str(u.request_id), f"{u.temperature:g}", str(u.num_drafts), ",".join(u.routes),
+                          str(len(u.checks)), _fmt_p(min(ps)) if ps else "-", result, style=T.cell_style(result))
+        out.print(table)
     thr = report.threshold
     for c in report.failures[:MAX_FAILURE_LINES]:
         where = f"{c.recording}: step {c.step}, request {c.request_id} (index {c.request})"
