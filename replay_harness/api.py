@@ -106,7 +106,8 @@ def describe_failure(cmp: Comparison, label: str = "impl") -> str:
         lines.append(f"{label} refused {len(cmp.refused)} request-steps")
     for d in cmp.real_divergences[:3]:
         where = f"step {d.step}, request {d.request_id} (index {d.request})"
-        lines.append(f"divergence at {where}: same tokens, route {d.route} vs {d.against_route}" if d.position is None
+        lines.append(f"route difference at {where}: same tokens, route {d.route} vs {d.against_route}"
+                     if d.position is None
                      else f"divergence at {where}, position {d.position}: {label} emitted {d.token} ({d.route}), "
                           f"expected {d.against_token} ({d.against_route})")
     return "\n".join(lines)

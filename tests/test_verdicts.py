@@ -168,7 +168,7 @@ def test_validate_and_inspect_take_many_recordings_and_folders(tree):
     assert code == 0 and [d["path"] for d in json.loads(out)["recordings"]] == [str(tree / "a"),
                                                                                  str(tree / "sub" / "b")]
     code, out, _ = inproc("inspect", str(tree / "a"), str(tree / "sub" / "b"))
-    assert code == 0 and out.count("steps / requests / rows") == 2
+    assert code == 0 and out.count("steps / request-steps / rows") == 2
 
 
 def _replay(*args, **env):

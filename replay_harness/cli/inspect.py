@@ -43,7 +43,8 @@ def _print_table(path: str, s: dict) -> None:
     rows = [
         ("schema", f"{s['schema']}  complete={s['complete']}  rng={s['rng_contract']}"),
         ("source", _clip(json.dumps(s["source"], sort_keys=True), 200)),
-        ("steps / requests / rows", f"{s['steps']} / {s['requests']} / {s['rows']}"),
+        ("steps / request-steps / rows", f"{s['steps']} / {s['request_steps']} / {s['rows']}"),
+        ("requests (distinct ids)", str(s["distinct_requests"])),
         ("vocab", str(s["vocab_size"])),
         ("logits shapes", ", ".join(f"{k} x{v}" for k, v in s["logits_shapes"].items())),
         ("logits dtypes", ", ".join(f"{k} x{v}" for k, v in s["logits_dtypes"].items())),
@@ -53,7 +54,7 @@ def _print_table(path: str, s: dict) -> None:
         ("steps with draft logits", str(s["steps_with_draft_logits"])),
         ("recorded routes", ", ".join(f"{k}: {v}" for k, v in s["recorded_routes"].items()) or "not recorded"),
         ("acceptance by position", ", ".join(f"{k}: {v:.2f}" for k, v in s["acceptance_rate_by_position"].items())
-         or "no drafts"),
+         or ("no drafts" if not any(int(k) > 0 for k in s["drafts_per_request"]) else "not recorded")),
         ("mean accepted drafts", "-" if s["mean_accepted_drafts"] is None else f"{s['mean_accepted_drafts']:.2f}"),
         ("bytes on disk", f"{s['bytes_on_disk']:,}"),
     ]

@@ -156,7 +156,7 @@ def record(
                          show_header=False)
     for k, v in (("model", summary["model"]), ("drafter", summary["drafter"]), ("impl", summary["impl"]),
                  ("steps run / recorded", f"{summary['steps_run']} / {summary['steps_recorded']}"),
-                 ("stopped by", summary["stopped"]), ("requests", str(len(summary["requests"]))),
+                 ("stopped by", summary["stopped"]), ("requests (distinct)", str(len(summary["requests"]))),
                  ("drafts proposed / accepted", f"{summary['drafted']} / {summary['accepted']}"),
                  ("tokens emitted", str(summary["emitted"])), ("bytes of steps", f"{summary['bytes']:,}"),
                  ("seconds", f"{summary['seconds']:.1f}")):

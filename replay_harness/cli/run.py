@@ -231,7 +231,8 @@ def _print_table(impl: str, against: str, paths: List[str], results: list, devic
             out.print(f"{path}: note: {note}")
         if c.divergences:
             d = (c.real_divergences or c.divergences)[0]
-            kind = "floating-point near-tie" if d.near_tie else "real divergence"
+            kind = "floating-point near-tie" if d.near_tie else "route difference" if d.position is None \
+                else "real divergence"
             margin = "" if d.margin is None else f", decision margin {d.margin:.3g}"
             where = f"{path}: first {kind}: step {d.step}, request {d.request_id} (index {d.request})"
             if d.position is None:

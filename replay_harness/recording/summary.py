@@ -14,7 +14,7 @@ def summarize(rec: Recording) -> dict[str, Any]:
 
     Raises the first schema violation of a step as an ``InputError`` (exit 2), like every loader.
     """
-    shapes, dtypes, ks, routes = Counter(), Counter(), Counter(), Counter()
+    shapes, dtypes, ks, routes, ids = Counter(), Counter(), Counter(), Counter(), set()
     greedy = stochastic = top_k = top_p = min_p = with_draft_logits = rows = requests = 0
     accepted_at = Counter()   # position i -> drafts accepted at i
     offered_at = Counter()    # position i -> requests with k > i
@@ -29,6 +29,7 @@ def summarize(rec: Recording) -> dict[str, Any]:
         rows += n
         r = t["cu_num_logits"].numel() - 1
         requests += r
+        ids.update(t["request_ids"].tolist())
         shapes[f"[{n}, {v}]"] += 1
         dtypes[str(t["logits"].dtype).removeprefix("torch.")] += 1
         k = (t["cu_num_logits"][1:] - t["cu_num_logits"][:-1] - 1).long()
@@ -44,6 +45,8 @@ def summarize(rec: Recording) -> dict[str, Any]:
             routes.update(route_name(c) for c in t["emitted_routes"].tolist())
         accepted = t["emitted_counts"].long() - 1
         for kk, a in zip(k.tolist(), accepted.tolist()):
+            if a < 0:  # no token recorded for this request (a derived step, a refusal): no acceptance to count
+                continue
             for pos in range(kk):
                 offered_at[pos] += 1
                 accepted_at[pos] += int(a > pos)
@@ -56,7 +59,9 @@ def summarize(rec: Recording) -> dict[str, Any]:
     return {
         "path": str(rec.path), "schema": rec.manifest.get("schema"), "complete": rec.manifest.get("complete"),
         "synthetic": rec.synthetic, "rng_contract": rec.rng_contract, "vocab_size": rec.vocab_size,
-        "source": rec.manifest.get("source", {}), "steps": len(rec), "requests": requests, "rows": rows,
+        "source": rec.manifest.get("source", {}), "steps": len(rec), "rows": rows,
+        # request-steps: one request in one step (the term of run, verify and audit); distinct: request ids
+        "requests": requests, "request_steps": requests, "distinct_requests": len(ids),
         "logits_shapes": dict(shapes), "logits_dtypes": dict(dtypes),
         "drafts_per_request": {str(k): c for k, c in sorted(ks.items())},
         "greedy_requests": greedy, "stochastic_requests": stochastic,
