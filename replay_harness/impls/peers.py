@@ -1,9 +1,10 @@
 """The peers as impls: ``vllm-mrv2`` (vLLM Model Runner V2's own Triton samplers) and ``flashinfer``.
 
 Neither peer's code is in this repository. They are loaded at run time, from an
-installed package or from the peers folder that ``../shared/peers/prepare.sh``
-makes (``.peers``, or the folder named by ``REPLAY_PEERS``); a peer that cannot be
-loaded makes ``--impl NAME`` exit 3 with the reason.
+installed package (``pip install vllm``, ``pip install flashinfer-python``) or from a
+peers folder (a ``gpu_env.py`` that loads them: ``.peers``, or the folder named by
+``REPLAY_PEERS``); a peer that cannot be loaded makes ``--impl NAME`` exit 3 with the
+reason and how to install it.
 
 * ``vllm-mrv2`` (``rng_contract = "mrv2"``, compared token for token): plain steps
   without filters go to ``gumbel_sample`` on the raw logits (temperature in-kernel,
@@ -52,10 +53,15 @@ def peers_dir() -> str:
     return os.environ.get(PEERS_ENV, ".peers")
 
 
-def _gpu_env(folder: str):
+# what a user installs for each peer, from its wheel on PyPI
+INSTALL = {"vllm-mrv2": "pip install vllm", "flashinfer": "pip install flashinfer-python"}
+
+
+def _gpu_env(folder: str, peer: str = "vllm-mrv2"):
     if not Path(folder, "gpu_env.py").exists():
-        raise EnvironmentProblem(f"peer unavailable: {folder}/gpu_env.py not found (run ../shared/peers/prepare.sh "
-                                 f"and carry .peers, or set {PEERS_ENV})")
+        raise EnvironmentProblem(f"peer {peer} unavailable: its package is not installed and there is no peers "
+                                 f"folder ({folder}/gpu_env.py not found); install it from its wheel with "
+                                 f"`{INSTALL[peer]}` (CUDA machine), or set {PEERS_ENV} to a peers folder")
     if folder not in sys.path:
         sys.path.insert(0, folder)
     import gpu_env
@@ -96,7 +102,14 @@ def load_flashinfer(folder: str | None = None, allow_jit: bool = True) -> Any:
     """The flashinfer module (CUDA only); EnvironmentProblem (exit 3) when unavailable."""
     if not torch.cuda.is_available():
         raise EnvironmentProblem("peer flashinfer unavailable: it needs a CUDA GPU")
-    gpu_env = _gpu_env(folder or peers_dir())
+    if folder is None and not Path(peers_dir(), "gpu_env.py").exists():
+        try:  # installed from its wheel (pip install flashinfer-python)
+            import flashinfer
+
+            return flashinfer
+        except ImportError:
+            pass
+    gpu_env = _gpu_env(folder or peers_dir(), "flashinfer")
     try:
         return gpu_env.load_flashinfer(folder or peers_dir(), allow_jit=allow_jit)
     except Exception as e:  # noqa: BLE001
