@@ -25,6 +25,7 @@ from replay_harness.cli.common import CHECKED_JSON_FILE, Command, err, write_jso
 from replay_harness.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, ReplayError, printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits -h
                   help="Record LLM decode steps and replay them through swappable sampler implementations; "
                        "compare tokens, routing and timing. `replay CMD --help` explains a command, with an "
                        "example. Exit codes: 0 ok; 1 divergence, routing violation, refusal, failed test or "

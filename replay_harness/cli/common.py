@@ -289,9 +289,17 @@ def device_opt(cpu_note: str) -> Any:
                                        help="auto (CUDA if present), cpu, or cuda. " + cpu_note)]
 
 
+def complete_impl(incomplete: str) -> list[str]:
+    """Shell completion of ``--impl`` (and ``--vs``, ``--against``): the registered names and ``exec:``."""
+    from replay_harness.impls import known_names
+
+    return [n for n in [*known_names(), "exec:"] if n.startswith(incomplete)]
+
+
 def impl_opt(help: str, *, optional: bool = False) -> Any:
     """``--impl NAME``: a registry impl or exec:PROGRAM (``optional``: no default, checked by the command)."""
-    return Annotated[Optional[str] if optional else str, typer.Option("--impl", metavar="NAME", help=help)]
+    return Annotated[Optional[str] if optional else str, typer.Option("--impl", metavar="NAME", help=help,
+                                                                      autocompletion=complete_impl)]
 
 
 def impl_arg_opt(help: str) -> Any:

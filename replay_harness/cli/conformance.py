@@ -43,6 +43,7 @@ def conformance(
 
     Example: replay conformance --impl exec:./sampler --rule 'greedy-*' --rule 'gumbel-*'
     """
+    from replay_harness.cli import tables
     from replay_harness.compare.runner import load_impl, resolve_device
     from replay_harness.conformance.runner import find_vectors, run_conformance
 
@@ -78,7 +79,8 @@ def conformance(
                     "rng-independent": f"route, support and statistics: {r.tests} checks",
                     "not applicable": f"MRV2 bit-exact rule: not applicable to rng_contract {contract}"}[r.mode]
             out.print(f"{r.status:4s} {r.rule.id:26s} {what}" + ("; none could have failed: raise --trials"
-                                                                if r.status == "no power" else ""))
+                                                                if r.status == "no power" else ""),
+                      style=tables.cell_style(r.status))
         for r in results:
             if r.failures:
                 out.print(f"{impl}: rule {r.rule.id} says: {r.rule.statement} (docs/FIXTURES.md, '{r.rule.section}')")

@@ -6,7 +6,7 @@ prints (a table, or one JSON document with --json). torch comes in with it, insi
 from __future__ import annotations
 
 import json
-from typing import List
+from typing import List, Optional
 
 import typer
 from replay_harness.cli import tables
@@ -33,6 +33,9 @@ def run(
                                           "differ) as a pass on routes, refusals and greedy tokens alone (else exit 4)."),
     impl_arg: ImplArgOpt = None,
     impl_timeout: ImplTimeoutOpt = None,
+    steps: Optional[str] = typer.Option(None, "--steps", metavar="STEPS",
+                                        help="Steps to replay in every recording, e.g. 0 or 0,2 or 1-3 (default: all; "
+                                             "as verify's --steps)."),
     device: DeviceOpt = "auto",
     nan: NanOpt = "error",
     neg_inf: NegInfOpt = "warn",
@@ -60,6 +63,8 @@ def run(
 
     check_json_file(json_file, paths)
     options = (paths, impl, against, impl_arg, impl_timeout, device, nan, neg_inf)
+    if steps is not None and distributed.launched():
+        raise UsageError("--steps is not taken under torchrun: replay the chosen steps in one process")
     if distributed.launched():  # one of several processes started by torchrun
         sharded = _run_sharded(options)
         if sharded is None:  # not rank 0: rank 0 reports for all
@@ -73,14 +78,20 @@ def run(
         results, read, start = [], ReadStats(), time.perf_counter()
         with ExitStack() as stack:  # external programs are stopped at the end, also on errors
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack)
-            with progress(f"replay {impl}", sum(len(r) for r in recs), quiet=quiet) as bar:
-                task = bar.add_task("steps", total=sum(len(r) for r in recs))
+            chosen = None if steps is None else [_chosen(steps, p, len(r)) for p, r in zip(paths, recs)]
+            total = sum(len(r) for r in recs) if chosen is None else sum(map(len, chosen))
+            with progress(f"replay {impl}", total, quiet=quiet) as bar:
+                task = bar.add_task("steps", total=total)
 
                 def begin(r: int) -> None:
                     for s in loaded:
                         s.begin_recording(paths[r])
-                results = list(zip(recs, run_recordings(recs, sampler, other, dev, on_step=lambda: bar.advance(task),
-                                                        stats=read, begin=begin)))
+                if chosen is None:
+                    cmps = run_recordings(recs, sampler, other, dev, on_step=lambda: bar.advance(task), stats=read,
+                                          begin=begin)
+                else:
+                    cmps = _run_chosen(recs, chosen, sampler, other, dev, lambda: bar.advance(task), read, begin)
+                results = list(zip(recs, cmps))
         if not quiet and read.bytes >= READ_REPORT_BYTES:  # what replay read, and how fast (docs/SCALE.md)
             seconds = time.perf_counter() - start
             err.print(f"replay: read {read.bytes / 1e9:.3g} GB of steps in {seconds:.3g} s: "
@@ -110,6 +121,37 @@ def run(
 
 
 _VERDICT = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}
+
+
+def _chosen(steps: str, path: str, n: int) -> list[int]:
+    """The step indices --steps names in a recording of ``n`` steps (verify's syntax); exit 2 when out of range."""
+    from replay_harness.checks.verify import parse_steps
+
+    try:
+        return parse_steps(steps, n)
+    except ValueError as e:
+        raise UsageError(f"--steps for {path}: {e}") from None
+
+
+def _run_chosen(recs: list, chosen: list[list[int]], sampler, other, dev, on_step, read, begin) -> list:
+    """run_recordings over the chosen steps only (one read-ahead across the recordings, as there)."""
+    from replay_harness.compare.runner import read_device, replay_step, start_comparison
+    from replay_harness.recording.prefetch import units_ahead
+
+    heads = [start_comparison(rec, sampler, other) for rec in recs]
+    units = [(r, i) for r, idx in enumerate(chosen) for i in idx]
+    begun = 0
+    for (r, i), record in units_ahead(recs, units, read_device(sampler, [o for _, _, o in heads], dev), None, read):
+        while begun <= r:
+            begin(begun)
+            begun += 1
+        cmp, exact, against = heads[r]
+        replay_step(cmp, recs[r], i, sampler, against, dev, exact, record)
+        on_step()
+    while begun < len(recs):
+        begin(begun)
+        begun += 1
+    return [cmp for cmp, _, _ in heads]
 
 
 def _print_summary(impl: str, against: str, paths: List[str], results: list, code: int, routes_only: bool,
