@@ -5,6 +5,8 @@ Builds the wheel from a copy of the sources (nothing written into the clone), in
 replay_harness.cli conformance --impl reference`` with ``PYTHONPATH=DIR`` from a folder outside the clone:
 the package must find its vectors where it is installed (it looked in the clone's ``fixtures/`` before: exit 2,
 "no conformance vectors at ...").
+Then the pytest plugin of the same install runs a small project's check and its collected recording, as
+docs/INTEGRATION.md's CI recipe does.
 """
 from __future__ import annotations
 
@@ -53,3 +55,12 @@ def test_conformance_runs_from_an_installed_wheel(tmp_path):
     r = _run([sys.executable, "-m", "replay_harness.cli", "conformance", "--impl", "reference"], cwd=outside, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "13/13 conformance vectors pass" in r.stdout
+
+    # the rest of docs/INTEGRATION.md's CI recipe: the pytest plugin from the installed wheel (entry point pytest11)
+    shutil.copytree(REPO / "fixtures" / "synthetic-plain", outside / "tests" / "recordings" / "run-1")
+    (outside / "pytest.ini").write_text("[pytest]\nreplay_recordings = tests/recordings\n")
+    (outside / "tests" / "test_replay.py").write_text(
+        "def test_engine_sampler_replays(replay_check):\n    replay_check('tests/recordings/run-1')\n")
+    r = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=outside, env=env)
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "replay: 2 check(s) passed: reference on cpu" in r.stdout
