@@ -29,7 +29,7 @@ replay() { python3 -m replay_harness.cli "$@"; }
     [ -n "${SKIP_KERNEL_TESTS:-}" ] || check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py
     [ -n "${SKIP_IMPL_TESTS:-}" ] || check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_impls.py
   else echo "== pytest missing: GPU kernel tests skipped"; fi
-  check 0 replay run fixtures/*/ --impl stochastic --against reference --device cuda
+  check 0 replay run fixtures/*/ replay_harness/conformance/vectors/ --impl stochastic --against reference --device cuda
   check 1 replay run fixtures/real-founding --impl greedy-only --against stochastic --device cuda
   check 0 replay verify --impl stochastic --device cuda
   check 0 replay verify fixtures/real-founding fixtures/real-mixed fixtures/real-topk-topp --impl stochastic --device cuda

@@ -23,7 +23,7 @@ check() { echo; echo "==== \$ $*"; "$@"; echo "==== exit $?"; }
     replay synth "$path" --out "$R/$name-R${b}k$k" --batch "$b" --drafts "$k" --vocab 248320 --overwrite >/dev/null \
       || echo "synth $name R=$b k=$k failed"
   done
-  [ -n "${SKIP_FIXTURE_RUN:-}" ] || check replay run fixtures/*/ --impl vllm-mrv2 --against reference --device cuda
+  [ -n "${SKIP_FIXTURE_RUN:-}" ] || check replay run fixtures/*/ replay_harness/conformance/vectors/ --impl vllm-mrv2 --against reference --device cuda
   check replay run $R/*/ --impl stochastic --against vllm-mrv2 --device cuda
   for rec in $R/*k0; do
     [ -d "$rec" ] || continue  # no plain shape in REAL_SHAPES
