@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import main_inproc
+from tools.fuzz.hostile_kinds import alive_in
 
 REPO = Path(__file__).resolve().parent.parent
 MIXED = str(REPO / "fixtures" / "synthetic-mixed")
@@ -52,25 +53,10 @@ def _program(tmp_path: Path, behaviour: str) -> Path:
     return prog
 
 
-def _group_alive(pgid: int) -> list[str]:
-    """Processes of process group ``pgid`` that are still running (zombies, already dead, aside)."""
-    alive = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(f"{entry} {stat[:stat.rindex(')') + 1]}")
-    return alive
-
-
-def _wait_gone(pgid: int, seconds: float = 2.0) -> list[str]:
+def _wait_gone(pgid: int, seconds: float = 2.0) -> list[int]:
+    """PIDs of process group ``pgid`` still running after up to ``seconds`` (tools/fuzz/hostile_kinds.alive_in)."""
     end = time.monotonic() + seconds
-    while (alive := _group_alive(pgid)) and time.monotonic() < end:
+    while (alive := alive_in([pgid])) and time.monotonic() < end:
         time.sleep(0.02)
     return alive
 
@@ -108,8 +94,8 @@ def test_signal_while_a_program_hangs_is_130_fast_and_leaves_nothing(tmp_path, s
         if proc.poll() is None:
             proc.kill()
     alive = _wait_gone(pgid, 0.5)
-    for line in alive:  # never leave them behind, whatever the verdict
-        os.kill(int(line.split()[0]), signal.SIGKILL)
+    for pid in alive:  # never leave them behind, whatever the verdict
+        os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert took < 0.7, took
     assert err.decode().strip().splitlines()[-1] == "replay: interrupted"

@@ -119,7 +119,7 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, parts: list, fsync: bool = True) -> None:
+def atomic_write(path: Path, parts: list) -> None:
     """Write ``parts`` (bytes-like) to a temp file beside ``path``, fsync, rename over ``path``, fsync the folder.
 
     The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600."""
@@ -128,16 +128,14 @@ def atomic_write(path: Path, parts: list, fsync: bool = True) -> None:
         try:
             os.fchmod(fd, 0o666 & ~_UMASK)
             _write_all(fd, [memoryview(p) for p in parts])
-            if fsync:
-                os.fsync(fd)
+            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if fsync:
-        _fsync_folder(path.parent)
+    _fsync_folder(path.parent)
 
 
 def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], algorithm: str) -> str:
@@ -154,13 +152,6 @@ def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str
     return value
 
 
-def _header(file: Path) -> tuple[int, dict[str, Any]]:
-    """(data start, JSON header) of a safetensors file safetensors has already accepted."""
-    with open(file, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        return 8 + n, json.loads(f.read(n).decode("utf-8"))
-
-
 def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor] | None = None
                    ) -> tuple[dict[str, torch.Tensor], str | None]:
     """Every tensor of a step file and its raw ``replay`` metadata string (None if absent).
@@ -172,24 +163,24 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
     with safe_open(str(file), framework="pt") as f:
         raw_meta = (f.metadata() or {}).get(METADATA_KEY)
         names = list(f.keys())
-    start, header = _header(Path(file))
-    size = os.path.getsize(file) - start
-    buf = (alloc or (lambda n: torch.empty(n, dtype=torch.uint8)))(size)[:size]
-    view = memoryview(buf.numpy()) if size else memoryview(b"")
-    with open(file, "rb", buffering=0) as f:
-        f.seek(start)
+    with open(file, "rb") as f:  # the header safetensors accepted, then the data region in one pass
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n).decode("utf-8"))
+        size = os.fstat(f.fileno()).st_size - 8 - n
+        buf = (alloc or (lambda nbytes: torch.empty(nbytes, dtype=torch.uint8)))(size)[:size]
+        view = memoryview(buf.numpy()) if size else memoryview(b"")
         at = 0
         while at < size:
-            n = f.readinto(view[at:at + CHUNK_BYTES])
-            if not n:
+            got = f.readinto(view[at:at + CHUNK_BYTES])
+            if not got:
                 raise ValueError(f"file shrank while read: {at} of {size} data bytes")
-            at += n
+            at += got
     tensors = {}
     for name in names:
         info = header[name]
         dtype, (lo, hi) = DTYPES[info["dtype"]], info["data_offsets"]
         raw = buf[lo:hi]
-        if lo % torch.empty((), dtype=dtype).element_size():
+        if lo % dtype.itemsize:
             raw = raw.clone()
         tensors[name] = raw.view(dtype).reshape(info["shape"])
     return tensors, raw_meta

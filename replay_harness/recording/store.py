@@ -354,8 +354,6 @@ class Recording:
         check_step_file(file, index)
         try:
             tensors, raw_meta = load_step_file(file, alloc)
-        except InputError:
-            raise
         except Exception as e:  # safetensors raises its own error types for bad headers and short files
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise InputError(file, f"unreadable safetensors file (truncated or corrupt: {reason})", step=index) from None
