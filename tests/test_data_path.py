@@ -162,6 +162,10 @@ def test_a_bf16_step_written_by_the_recorder_round_trips(tmp_path):
     assert torch.equal(back[0].step.logits, step.logits) and back[0].step.logits.dtype == torch.bfloat16
     stats = back.manifest["write_stats"]
     assert stats["steps"] == 1 and stats["bytes"] > step.logits.numel() * 2 and stats["engine"]["calls"] == 1
+    # the phases are where the write path's seconds went: each measured, together no more than the total
+    assert set(stats["phases"]) == {"check", "write", "fsync", "publish", "digest_wait"}
+    assert all(v >= 0 for v in stats["phases"].values()) and stats["phases"]["write"] > 0
+    assert sum(stats["phases"].values()) <= stats["seconds"] + 1e-6
 
 
 @pytest.mark.gpu

@@ -185,3 +185,46 @@ def test_bench_under_two_ranks_times_every_step_once():
                               [("fixtures/real-founding", i) for i in range(2)])
     assert doc["settings"]["processes"] == 2
     assert doc["coverage"]["A"]["requests"] == sum(m["requests"] for m in doc["measurements"])
+
+
+@pytest.mark.parametrize("gpus,local_world,local_rank,want_gpu,want_shared", [
+    (2, 2, 1, 1, False),   # one rank per GPU: NCCL, cuda:LOCAL_RANK
+    (1, 4, 3, 0, True),    # four readers on a one-GPU host share cuda:0 (gloo)
+    (2, 4, 3, 1, True),    # round robin over the host's GPUs
+    (4, 2, 1, 1, False),   # fewer ranks than GPUs
+])
+def test_ranks_beyond_the_hosts_gpus_share_them_round_robin(monkeypatch, gpus, local_world, local_rank, want_gpu,
+                                                            want_shared):
+    import torch
+
+    from replay_harness.compare.distributed import Shard
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    shard = Shard(rank=local_rank, world_size=local_world, local_rank=local_rank, local_world_size=local_world)
+    assert (shard.gpu(), shard.shares_gpu) == (want_gpu, want_shared)
+
+
+def test_bench_refuses_ranks_that_share_a_gpu(monkeypatch):
+    """Two ranks timing kernels on one GPU time each other: bench says so (exit 2) instead of reporting it."""
+    import torch
+
+    from replay_harness.bench import shard as bench_shard
+    from replay_harness.compare import distributed
+    from replay_harness.errors import UsageError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(distributed, "launched", lambda: True)
+    seen = {}
+
+    def fake_run_sharded(body):
+        try:
+            body(distributed.Shard(rank=0, world_size=2, local_rank=0, local_world_size=2))
+        except UsageError as e:
+            seen["error"] = e
+        return None
+
+    monkeypatch.setattr(distributed, "run_sharded", fake_run_sharded)
+    assert bench_shard.bench_units([], lambda dev: [], torch.device("cuda"), repeats=1, warmup=0) is None
+    assert "ranks sharing a GPU" in str(seen["error"]) and seen["error"].exit_code == 2

@@ -28,6 +28,12 @@ Sustainable rate: record every N-th step, N = ceil(1.1 x max(step bytes / disk b
 seconds per step) / step seconds) (10% headroom); the async-every run records that long enough to record
 >= 8 steps. ``in rec`` is the engine thread's own time inside record_step (the enqueue), per step.
 
+The step-file floor: the same disk writing files of one step's size from memory the way a step file is
+written (temp file, streamed write-back, fsync, rename, fsync of the folder) but with no conversion, check
+or digest; measured before every writer run and after the last, its median is the writer's floor for that
+R (per-file costs are the disk's). Each writer run's seconds per phase (check, write, fsync, publish,
+digest_wait: the manifest's ``write_stats.phases``) are printed too.
+
 The ratios of docs/BENCHMARKS.md ("Record and replay") are printed at the end, one line each.
 
 Prints a table; writes JSON to --out. Exit 0 ok, 2 bad option, 3 no CUDA for --device cuda, 130 Ctrl-C.
@@ -182,9 +188,30 @@ def run_mode(engine: Engine, mode: str, root: Path, args, every: int = 1, steps:
     finally:
         shutil.rmtree(path, ignore_errors=True)
     writer = stats["bytes"] / stats["seconds"] / 1e6 if stats and stats["seconds"] else None
+    phases = {k: 1000 * v / stats["steps"] for k, v in stats["phases"].items()} if stats and stats["steps"] else {}
     return dict(R=engine.r, mode=mode, every=every, steps=steps, recorded=recorded, dropped=dropped,
                 loop_ms_per_step=1000 * loop_s / steps, drain_after_loop_s=drain_s, writer_MBps=writer,
-                in_record_ms_per_step=1000 * engine.in_record_s / steps)
+                in_record_ms_per_step=1000 * engine.in_record_s / steps, phases_ms_per_step=phases)
+
+
+def step_file_floor(root: Path, step_bytes: int, files: int) -> dict:
+    """The disk's bandwidth for the Recorder's unit of work: ``files`` files of ``step_bytes`` random bytes
+    each, written from memory the way a step file is (stepfile.atomic_write: streamed write-back, fsync,
+    rename, fsync of the folder), with no conversion, check or digest. Per-file costs (two fsyncs, the
+    write-back's start and drain) are the disk's; what the writer loses beyond this is the writer's."""
+    from replay_harness.recording.stepfile import atomic_write
+
+    data = np.random.default_rng(1).integers(0, 256, step_bytes, dtype=np.uint8)
+    folder = root / "step-floor"
+    folder.mkdir(exist_ok=True)
+    phases: dict[str, float] = {}
+    start = time.perf_counter()
+    for i in range(files):
+        atomic_write(folder / f"f{i}.bin", [memoryview(data)], phases)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(folder, ignore_errors=True)
+    return dict(bytes=step_bytes * files, files=files, seconds=seconds, MBps=step_bytes * files / seconds / 1e6,
+                phases_ms_per_file={k: 1000 * v / files for k, v in phases.items()})
 
 
 def _sync(engine: Engine) -> None:
@@ -256,12 +283,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"disk {root}: {out['disk']['MBps']:.0f} MB/s (write + fsync {args.disk_mib} MiB)", file=sys.stderr)
         for r in args.batch:
             engine = Engine(args.device, r, args.drafts, args.vocab, dtype, args.step_ms)
-            rows = []
+            rows, floors = [], []
             for mode in args.modes:
                 if mode == "async-every":
                     continue
+                if mode != "none":  # the step-file floor measured next to every writer run
+                    floors.append(step_file_floor(root, engine.step_bytes, max(4, min(args.steps, 8))))
                 rows.append(run_mode(engine, mode, root, args))
                 print(f"R={r} {mode}: {rows[-1]['loop_ms_per_step']:.2f} ms/step", file=sys.stderr)
+            if floors:
+                floors.append(step_file_floor(root, engine.step_bytes, max(4, min(args.steps, 8))))
+                out.setdefault("step_file_floor", {})[str(r)] = floors
             if not any(x["mode"] == "none" for x in rows):
                 rows.insert(0, run_mode(engine, "none", root, args))
             rate = derive(rows, engine, out["disk"], args.step_ms)
@@ -314,11 +346,24 @@ def print_table(out: dict) -> None:
     for s in out["sustainable"]:
         print(f"R={s['R']}: sustainable: record 1 step in {s['every']} ({s['bound']}-bound: disk "
               f"{1000 * s['disk_s_per_step']:.1f} ms, writer {1000 * s['writer_s_per_step']:.1f} ms per step)")
+    for x in out["rows"]:
+        if x["phases_ms_per_step"]:
+            print(f"R={x['R']} {x['mode']}: writer ms per step: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in x["phases_ms_per_step"].items()))
+    for r, floors in out.get("step_file_floor", {}).items():
+        print(f"R={r}: step-file floor (no check, no digest), measured before each writer run and after the last: "
+              + ", ".join(f"{f['MBps']:.0f}" for f in floors) + " MB/s; ms per file: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in floors[0]["phases_ms_per_file"].items()))
     print("ratios (docs/BENCHMARKS.md, 'Record and replay'):")
     for s in out["sustainable"]:
+        floors = [f["MBps"] for f in out.get("step_file_floor", {}).get(str(s["R"]), [])]
+        step_floor = float(np.median(floors)) if floors else None
         for what in ("sync_writer_MBps", "async_writer_MBps", "sync_loop_MBps"):
             if s.get(what):
-                print(f"  R={s['R']}: {what[:-5]} {s[what]:.0f} MB/s / disk {disk:.0f} MB/s = {s[what] / disk:.2f}")
+                line = f"  R={s['R']}: {what[:-5]} {s[what]:.0f} MB/s / disk {disk:.0f} MB/s = {s[what] / disk:.2f}"
+                if step_floor:
+                    line += f"; / step-file floor {step_floor:.0f} MB/s (median) = {s[what] / step_floor:.2f}"
+                print(line)
     for x in out["rows"]:
         if x["mode"] in ("async-every", "async-block") and x["recorded"]:
             print(f"  R={x['R']}: {x['mode']} every {x['every']}: engine loop +{x['loop_loss']:.1%} "

@@ -9,9 +9,13 @@
 #    corpus's own files and `replay run CORPUS --impl stochastic --device cuda` cold, wall time, peak RSS,
 #    GB/s after the start-up (a one-step recording of the same shape, replayed once before to fill Triton's
 #    cache).
-# Everything under $OUT: log.txt, recorder*.json/txt, replay.json, tests.txt.
-# Environment: DP_DIR [/tmp/dp], DP_RECS [6], DP_STEPS [4], FIXTURE_IMPLS [stochastic reference; empty: none],
-# SKIP_TESTS, SKIP_RECORDER, SKIP_REPLAY.
+# 4. tools/probe_write_back.py on the same disk: the step-file write protocol's variants, interleaved;
+# 5. N readers of that corpus on one host (docs/SCALE.md, "Targets"): tools/run_gpu_scale.sh with
+#    SCALE_COMMANDS=run for each N of DP_READERS, cold reads with 1 and N readers and `replay run` with 1 and N
+#    processes (more processes than GPUs share them: compare/distributed.py).
+# Everything under $OUT: log.txt, recorder*.json/txt, probe.json, replay.json, scale-N/, tests.txt.
+# Environment: DP_DIR [/tmp/dp], DP_RECS [6], DP_STEPS [4], DP_READERS [2 4], FIXTURE_IMPLS [stochastic
+# reference; empty: none], SKIP_TESTS, SKIP_RECORDER, SKIP_PROBE, SKIP_REPLAY, SKIP_SCALE.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/data_path_out}"; mkdir -p "$OUT"
@@ -40,6 +44,11 @@ mkdir -p "$DIR"
     timeout 100 python3 tools/bench_recorder.py --dir "$DIR" --batch 8 --steps 96 --modes none,async-block \
       --out "$OUT/recorder8.json" > "$OUT/recorder8.txt" 2>&1; echo "   -> exit $?"; cat "$OUT/recorder8.txt"
   fi
+  if [ -z "${SKIP_PROBE:-}" ]; then
+    echo "== $(date -u +%T) probe_write_back 152, 607 MiB"
+    timeout 150 python3 tools/probe_write_back.py --dir "$DIR" --mib 152,607 --files 4 --rounds 3 \
+      --out "$OUT/probe.json"; echo "   -> exit $?"
+  fi
   if [ -z "${SKIP_REPLAY:-}" ]; then
     C="$DIR/corpus"; rm -rf "$C" "$DIR/warm"; mkdir -p "$C"
     echo "== $(date -u +%T) synth: $RECS x $STEPS steps, R=256 k=4 V=248320"
@@ -57,6 +66,14 @@ mkdir -p "$DIR"
     echo "   -> exit $?"; tail -4 "$OUT/replay.err"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d['replay'], indent=1)[:1500])" \
       "$OUT/replay.json" 2>/dev/null || true
+  fi
+  if [ -z "${SKIP_SCALE:-}" ] && [ -d "$DIR/corpus" ]; then
+    for n in ${DP_READERS:-2 4}; do
+      echo "== $(date -u +%T) $n readers: tools/run_gpu_scale.sh, run only"
+      SCALE_CORPUS="$DIR/corpus" SCALE_COMMANDS=run SCALE_NPROC="$n" SKIP_RECORDER=1 SCALE_DIR="$DIR/scale" \
+        OUT="$OUT/scale-$n" timeout 240 bash tools/run_gpu_scale.sh > "$OUT/scale-$n.txt" 2>&1
+      echo "   -> exit $?"; grep -E "Disk read|replay run|^\| run" "$OUT/scale-$n/scale.md" 2>/dev/null
+    done
   fi
   echo "== $(date -u +%T) done"
 } 2>&1 | tee "$OUT/log.txt"

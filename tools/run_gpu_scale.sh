@@ -129,7 +129,7 @@ def bench_view(doc):
 
 summary = {"device": dev, "processes": int(nproc), "shape": {"R": int(R), "k": int(K), "V": int(V)},
            "corpus": {"recordings": int(recs), "steps_each": int(steps), "bytes": int(nbytes)}, "commands": {}}
-lines = [f"| command | GPUs | wall s | speedup | work s (wall - start-up) | work speedup | peak RSS MiB (largest "
+lines = [f"| command | processes | wall s | speedup | work s (wall - start-up) | work speedup | peak RSS MiB (largest "
          "process) | exit | same JSON as 1 GPU |", "|---|---|---|---|---|---|---|---|---|"]
 startup = {1: (rows.get("startup-1") or {}).get("wall_s"), int(nproc): (rows.get(f"startup-{nproc}") or {}).get("wall_s")}
 summary["startup_s"] = {str(k): v for k, v in startup.items()}

@@ -19,6 +19,7 @@ from replay_harness.bench.ab import BenchResult, Side, StepPart, bench_record, f
 from replay_harness.bench.timing import l2_bytes
 from replay_harness.compare import distributed
 from replay_harness.recording.prefetch import read_step
+from replay_harness.errors import UsageError
 
 
 def bench_units(recordings: list, open_sides: Callable[[torch.device], list[Side]], device: torch.device, *,
@@ -34,6 +35,10 @@ def bench_units(recordings: list, open_sides: Callable[[torch.device], list[Side
 
     @contextmanager
     def worker(shard):
+        if shard is not None and device.type == "cuda" and shard.shares_gpu:
+            raise UsageError(f"bench: {shard.local_world_size} ranks on a host with "
+                             f"{torch.cuda.device_count()} GPU(s): ranks sharing a GPU time each other's "
+                             "kernels; start at most one rank per GPU (docs/SCALE.md)")
         dev = device if shard is None else shard.device(device)
         sides = open_sides(dev)
         held.setdefault("sides", sides)  # a single process: the sides the report names

@@ -1,8 +1,11 @@
 """Sharded replay under ``torchrun``: which rank replays which (recording, step), and the gather to rank 0.
 
 ``torchrun --nproc-per-node N -m replay_harness.cli run ...`` starts N copies of the command; each finds
-its rank in the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) and joins one
-process group (NCCL on CUDA, gloo on the CPU). The work units are the (recording, step) pairs; every
+its rank in the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``)
+and joins one process group (NCCL on CUDA, gloo on the CPU). A host may start more ranks than it has GPUs
+(a disk-bound ``run`` wants readers, not GPUs): local rank i then replays on GPU ``i % device_count`` and the
+group is gloo (NCCL refuses two ranks on one GPU); ``bench`` refuses that, its timings would interfere
+(docs/SCALE.md). The work units are the (recording, step) pairs; every
 rank computes the same assignment (:func:`assign`: longest processing time first on the step files'
 sizes), replays its own units on ``cuda:LOCAL_RANK`` (or the CPU) and sends its per-step comparisons
 (or its first error) to rank 0 with ``gather_object``, together with the step digests it remembered
@@ -90,16 +93,30 @@ class Shard:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int = 1
     current: Unit | None = None  # the unit being replayed (an error there is attributed to it)
 
+    @property
+    def shares_gpu(self) -> bool:
+        """True when this host runs more ranks than it has CUDA devices (ranks then share GPUs, over gloo)."""
+        import torch
+
+        return torch.cuda.is_available() and self.local_world_size > torch.cuda.device_count()
+
+    def gpu(self) -> int:
+        """This rank's CUDA device index: LOCAL_RANK, modulo the host's device count when ranks share GPUs."""
+        import torch
+
+        return self.local_rank % max(torch.cuda.device_count(), 1)
+
     def device(self, dev: Any) -> Any:
-        """``dev`` (from resolve_device) made this rank's: a CUDA device becomes ``cuda:LOCAL_RANK``."""
+        """``dev`` (from resolve_device) made this rank's: a CUDA device becomes ``cuda:``:meth:`gpu`."""
         import torch
 
         if dev.type != "cuda":
             return dev
-        torch.cuda.set_device(self.local_rank)
-        return torch.device("cuda", self.local_rank)
+        torch.cuda.set_device(self.gpu())
+        return torch.device("cuda", self.gpu())
 
     def units(self, step_files: Sequence[Sequence[os.PathLike]]) -> Iterator[Unit]:
         """This rank's (recording, step) units in order; ``step_files[r][i]`` is step i's file of recording r."""
@@ -162,13 +179,16 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
 
     from replay_harness.recording import digest as registry
 
-    shard = Shard(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)))
+    world = int(os.environ["WORLD_SIZE"])
+    shard = Shard(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
+                  int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     marks = [("start-up", time.perf_counter())]
     seconds = timeout_s()
-    backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    nccl = torch.cuda.is_available() and dist.is_nccl_available() and not shard.shares_gpu
+    backend = "nccl" if nccl else "gloo"
     try:
-        if backend == "nccl":
-            torch.cuda.set_device(shard.local_rank)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(shard.gpu())
         dist.init_process_group(backend, timeout=timedelta(seconds=seconds))
     except Exception as e:
         raise EnvironmentProblem(f"rank {shard.rank}: cannot join the {backend} process group: {_line(e)}") from None

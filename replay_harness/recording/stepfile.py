@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -119,16 +120,21 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, parts: list) -> None:
+def atomic_write(path: Path, parts: list, phases: dict[str, float] | None = None) -> None:
     """Write ``parts`` (bytes-like) to a temp file beside ``path``, fsync, rename over ``path``, fsync the folder.
 
-    The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600."""
+    The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600.
+    ``phases``: seconds added per phase (``write``: create + the os.write calls, ``fsync``: the file's
+    fsync, ``publish``: rename + the folder's fsync), where the time of a write path goes."""
+    marks = [time.perf_counter()]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
         try:
             os.fchmod(fd, 0o666 & ~_UMASK)
             _write_all(fd, [memoryview(p) for p in parts])
+            marks.append(time.perf_counter())
             os.fsync(fd)
+            marks.append(time.perf_counter())
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -136,19 +142,28 @@ def atomic_write(path: Path, parts: list) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_folder(path.parent)
+    marks.append(time.perf_counter())
+    if phases is not None:
+        for name, a, b in zip(("write", "fsync", "publish"), marks, marks[1:]):
+            phases[name] = phases.get(name, 0.0) + b - a
 
 
-def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], algorithm: str) -> str:
+def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], algorithm: str,
+                    phases: dict[str, float] | None = None) -> str:
     """Write one step file atomically; returns its content digest (``algorithm``, digest.py).
 
     ``tensors``: contiguous CPU tensors by fixture name. The digest is computed on the digest thread while
-    this thread writes; both read the tensors' own memory (one pass each, no copy)."""
+    this thread writes; both read the tensors' own memory (one pass each, no copy). ``phases``: as
+    :func:`atomic_write`, plus ``digest_wait`` (the wait for the digest after the write)."""
     order = _layout(tensors)
     digest = in_digest_thread(tensor_digest, tensors, meta, algorithm)
     try:
-        atomic_write(path, [file_header(tensors, meta), *(_bytes_of(tensors[n]) for n in order)])
+        atomic_write(path, [file_header(tensors, meta), *(_bytes_of(tensors[n]) for n in order)], phases)
     finally:
+        start = time.perf_counter()
         value = digest.result()  # never leave the digest thread reading memory the caller may reuse
+        if phases is not None:
+            phases["digest_wait"] = phases.get("digest_wait", 0.0) + time.perf_counter() - start
     return value
 
 

@@ -152,7 +152,7 @@ class RecordingWriter:
 
     The manifest is written first with ``complete: false`` and rewritten on a
     clean close with the step count, the recording digest (``digest_algorithm`` xxh3-128) and
-    ``write_stats`` (steps, bytes, seconds in :meth:`write_step`).
+    ``write_stats`` (steps, bytes, seconds in :meth:`write_step` and per phase).
     """
 
     def __init__(self, path: str | os.PathLike, *, vocab_size: int, rng_contract: str = "mrv2",
@@ -171,7 +171,8 @@ class RecordingWriter:
             "digest_algorithm": registry.WRITTEN,
         }
         self._digests: list[str] = []
-        self.write_stats = {"steps": 0, "bytes": 0, "seconds": 0.0}  # what write_step did, and how long it took
+        # what write_step did, how long it took, and where that time went (check, write, fsync, publish, digest_wait)
+        self.write_stats: dict[str, Any] = {"steps": 0, "bytes": 0, "seconds": 0.0, "phases": {}}
         self._write_manifest()
 
     def _write_manifest(self) -> None:
@@ -192,8 +193,10 @@ class RecordingWriter:
                     if not p.warning]  # an all -inf row (warned by validate) is still recorded
         if problems:
             raise problems[0]
-        self._digests.append(write_step_file(file, tensors, step_meta, self.manifest["digest_algorithm"]))
         stats = self.write_stats
+        stats["phases"]["check"] = stats["phases"].get("check", 0.0) + time.perf_counter() - start
+        self._digests.append(write_step_file(file, tensors, step_meta, self.manifest["digest_algorithm"],
+                                             stats["phases"]))
         stats["steps"] += 1
         stats["bytes"] += sum(t.numel() * t.element_size() for t in tensors.values())
         stats["seconds"] += time.perf_counter() - start
@@ -205,6 +208,7 @@ class RecordingWriter:
         self.manifest.update(complete=True, num_steps=len(self._digests),
                              digest=recording_digest(self._digests, self.manifest["digest_algorithm"]),
                              write_stats={**stats, "seconds": round(stats["seconds"], 6),
+                                          "phases": {k: round(v, 6) for k, v in stats["phases"].items()},
                                           "MBps": round(stats["bytes"] / stats["seconds"] / 1e6, 1)
                                           if stats["seconds"] else None, **({"engine": engine} if engine else {})})
         self._write_manifest()
