@@ -215,7 +215,7 @@ def _run_sharded(options: tuple) -> tuple | None:
 
     from replay_harness.compare import distributed
     from replay_harness.compare.diff import Comparison
-    from replay_harness.compare.runner import replay_step, start_comparison
+    from replay_harness.compare.runner import read_device, replay_step, start_comparison
 
     mine: dict = {}  # this rank's paths, recordings and per-recording head comparisons (rank 0 reports them)
 
@@ -225,7 +225,8 @@ def _run_sharded(options: tuple) -> tuple | None:
             dev, paths, recs, sampler, other, loaded = _prepare(options, stack, shard)
             heads = [start_comparison(rec, sampler, other) for rec in recs]
             mine.update(paths=paths, recs=recs, heads=[cmp for cmp, _, _ in heads], device=dev.type)
-            for (r, i), record in shard.steps(recs, dev):
+            where = read_device(sampler, [o for _, _, o in heads], dev)  # as one process reads (runner.py)
+            for (r, i), record in shard.steps(recs, where):
                 if r not in begun:
                     begun.add(r)
                     for s in loaded:
