@@ -161,6 +161,30 @@ def test_rotation_gives_every_call_a_cold_unshared_copy():
     assert not set(ptrs["A"]) & set(ptrs["B"]) and step.logits.data_ptr() not in ptrs["A"] + ptrs["B"]
 
 
+@pytest.mark.gpu
+def test_a_side_that_syncs_the_host_does_not_make_the_next_sides_timing_host_bound():
+    """A peer whose call syncs the host (``.item()``) drains the device; the side timed after it must still be
+    timed at the device's pace (its own sleep before each call), not at the pace the host enqueues its launches."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import statistics
+
+    x = torch.zeros(1, device="cuda")
+
+    def many_small():  # 40 launches of almost no device work: the host's enqueue is slower than the device
+        for _ in range(40):
+            x.add_(1)
+
+    def syncs():
+        x.sum().item()
+
+    alone, _ = time_calls({"B": [many_small]}, {"B": "cuda-events"}, repeats=20, warmup=2)
+    mixed, ahead = time_calls({"A": [syncs], "B": [many_small]}, {"A": "cuda-events", "B": "cuda-events"},
+                              repeats=20, warmup=2)
+    assert statistics.median(mixed["B"]) < 1.3 * statistics.median(alone["B"]) + 5, (alone["B"], mixed["B"])
+    assert ahead["B"] >= 0.9
+
+
 def test_bootstrap_ratio():
     point, lo, hi = bootstrap_ratio([([2.0] * 5, [1.0] * 5), ([4.0] * 5, [2.0] * 5)], resamples=500)
     assert (point, lo, hi) == (2.0, 2.0, 2.0)

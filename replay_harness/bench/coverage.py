@@ -287,8 +287,13 @@ def judge(sides: list, coverage: dict[str, SideCoverage], measurements: list,
     if any(m.clock == "cpu-wall" and m.timed == "launch" for m in measurements) and device.type != "cuda":
         notes.append("CPU timing: Triton kernels ran under the interpreter (TRITON_INTERPRET=1); the times are "
                      "not representative of a GPU")
-    busy = [m.device_busy for m in measurements if m.device_busy is not None]
-    if busy and min(busy) < 0.5:
-        notes.append(f"the device queue ran dry (busy fraction down to {min(busy):.2f}): host launch overhead "
-                     "is part of some timings")
+    behind: dict[str, float] = {}  # per side label: the smallest fraction of its calls the host enqueued ahead
+    for m in measurements:
+        if m.device_busy is not None:
+            behind[m.label] = min(behind.get(m.label, 1.0), m.device_busy)
+    for label, ahead in behind.items():
+        if ahead < 0.5:
+            notes.append(f"{label}: the host enqueued only {ahead:.0%} of its calls ahead of the device on some step "
+                         "(a host sync inside the call, or a launch slower than the sleep before it): host time is "
+                         "part of its timings")
     return Verdict(conclusive=not reasons, reasons=reasons, notes=notes)

@@ -4,8 +4,9 @@ Two ways of timing a zero-argument callable ``fn`` (device work only, no host sy
 
 * **interleaved** (:func:`time_calls`, `replay bench`): several sides' calls, each on ROTATING copies of
   its inputs (enough copies to exceed 2 x L2, :func:`rotation_count`), round by round in alternating
-  order; on CUDA one pair of CUDA events per call behind a ``torch.cuda._sleep`` kernel that keeps the
-  device busy while the host enqueues (so the events measure device time, not launch overhead), the L2
+  order; on CUDA one pair of CUDA events per call, each call behind its own ``torch.cuda._sleep`` kernel that
+  keeps the device busy while the host enqueues it (so the events measure device time, not launch overhead,
+  even after a side that synced the host), the L2
   evicted (:func:`flush_l2`) between warm-up and timing; elsewhere ``time.perf_counter`` wall-clock.
 * **per mode** (the kernel benchmark): ``eager-cold`` (:func:`time_cold`: triton ``do_bench``, which
   flushes L2 before every call), ``eager-warm`` (:func:`time_warm`: back-to-back calls, CUDA events),
@@ -150,36 +151,42 @@ def time_calls(calls: dict[str, list[Call]], clocks: dict[str, str], repeats: in
 
 
 def _time_cuda(run: dict[str, Call], repeats: int, flush: Callable[[], None] | None = None):
-    """CUDA events around each call; a sleep kernel first so the host enqueues ahead of the device."""
+    """CUDA events around each call, each behind its own sleep kernel, so the events measure device time.
+
+    Every call is preceded by a ``torch.cuda._sleep`` of twice the host time that side's call took in the
+    warm round (plus 20 µs): the device is then busy while the host enqueues the call, whatever the call
+    before it did. One sleep for the whole round is not enough: a side whose call syncs the host (a peer's
+    ``.item()``) drains the device, and the next side's launches would then be timed at the host's pace."""
     keys = list(run)
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for key in keys:
+    host_s = {}
+    for key in keys:  # one untimed round: each side's host time a call (the device may still run)
+        t0 = time.perf_counter()
         run[key]()
-    host_round = time.perf_counter() - t0  # host enqueue time of one round (the device may still run)
+        host_s[key] = time.perf_counter() - t0
     if flush is not None:
         flush()
     torch.cuda.synchronize()
-    sleep_s = min(MAX_SLEEP_S, 1.5 * host_round * repeats + 1e-3)
     events: dict[str, list] = {k: [] for k in keys}
     sleeper = getattr(torch.cuda, "_sleep", None)  # a private torch helper: absent in some builds
-    if sleeper is not None:
-        sleeper(int(sleep_s * SLEEP_CLOCK_HZ))
+    ahead: dict[str, list[bool]] = {k: [] for k in keys}
     for rep in range(repeats):
         for key in (keys if rep % 2 == 0 else keys[::-1]):
+            sleep_s = min(MAX_SLEEP_S, 2 * host_s[key] + 20e-6)
+            t0 = time.perf_counter()
+            if sleeper is not None:
+                sleeper(int(sleep_s * SLEEP_CLOCK_HZ))
             start, end = _event_pair()
             start.record()
             run[key]()
             end.record()
             events[key].append((start, end))
+            ahead[key].append(sleeper is not None and time.perf_counter() - t0 < sleep_s)
     torch.cuda.synchronize()
     times = {k: [s.elapsed_time(e) * 1e3 for s, e in events[k]] for k in keys}
-    firsts = [ev[0][0] for ev in events.values() if ev]
-    lasts = [ev[-1][1] for ev in events.values() if ev]
-    span = max(firsts[0].elapsed_time(e) for e in lasts) * 1e3 if firsts else 0.0
-    total = sum(sum(v) for v in times.values())
-    frac = min(1.0, total / span) if span > 0 else None
-    return times, {k: frac for k in keys}
+    # the fraction of a side's timed calls the host enqueued whole within the sleep before them: 1.0 = every
+    # timing is device time (a call that syncs the host inside, or outran its sleep, counts as not ahead)
+    return times, {k: sum(v) / len(v) if v else None for k, v in ahead.items()}
 
 
 # -- per-mode timing (the kernel benchmark) ----------------------------------------------------------------
