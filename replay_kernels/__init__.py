@@ -7,7 +7,7 @@ recordings to these samplers in ``replay_harness/impls/kernel_impls.py``. Design
 import os
 import sys
 
-from .interpret import interpreting, skip_repeated_patching
+from .shared.interpret import interpreting, skip_repeated_patching
 
 # The CPU path: skip the interpreter's repeated patching. Asked only where Triton is loaded or the interpreter is
 # asked for, so that importing the pure-torch modules (batch.py: the recording format's Step builds on it) does

@@ -38,10 +38,10 @@ def _sampler(kind: str):
     """One sampler of each kind with its default configuration (a sampler holds no per-call state)."""
     if kind not in _SAMPLERS:
         if kind == "plain":
-            from .gumbel_max import GumbelMaxSampler
+            from .draw.gumbel_max import GumbelMaxSampler
             _SAMPLERS[kind] = GumbelMaxSampler()
         else:
-            from .stochastic import StochasticSampler
+            from .verify.stochastic import StochasticSampler
             _SAMPLERS[kind] = StochasticSampler()
     return _SAMPLERS[kind]
 

@@ -197,7 +197,7 @@ def test_bootstrap_ratio():
 
 def test_triton_launch_counter_counts_and_restores():
     from triton.runtime.interpreter import InterpretedFunction
-    from replay_kernels.stochastic import StochasticSampler
+    from replay_kernels.verify.stochastic import StochasticSampler
 
     before = InterpretedFunction.run
     step = random_step(torch.Generator().manual_seed(5), TINY)
@@ -291,7 +291,7 @@ def test_bench_founding_greedy_only_vs_stochastic_counts_routes_and_kernels(foun
     assert a.requests_by_route == Counter({"greedy-verify": n}) and b.requests_by_route == \
         Counter({"stochastic-verify": n})
     assert a.violations == Counter({"stochastic-verify -> greedy-verify": n}) and not b.violations
-    from replay_kernels.stochastic import FUSED_BELOW  # fewer requests: one position launch for all positions
+    from replay_kernels.verify.stochastic import FUSED_BELOW  # fewer requests: one position launch for all positions
     launches = sum(1 if r.step.num_requests < FUSED_BELOW else max(1, r.step.max_drafts) for r in rec)
     assert a.kernels["_draw_kernel"] == len(rec) and b.kernels["_position_kernel"] == launches
     # greedy-only never ran stochastic-verify for the T = 1 requests with drafts: its timing is of other code
@@ -478,15 +478,15 @@ def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
     under two names)."""
     import pathlib
 
-    import replay_kernels.sample_check as installed
+    import replay_kernels.draw.sample_check as installed
 
     ab = load_tool("ab_kernels")
-    pkg_dir = str(pathlib.Path(installed.__file__).parent)
+    pkg_dir = str(pathlib.Path(installed.__file__).parents[1])  # the package, above draw/
     one, two = ab.load_variant("t_one", pkg_dir), ab.load_variant("t_two", pkg_dir)
-    ab.apply_set(one, "sample_check.ROWS_PER_SLOT = ROWS_PER_SLOT // 2")
+    ab.apply_set(one, "draw.sample_check.ROWS_PER_SLOT = ROWS_PER_SLOT // 2")
     import importlib
 
-    copy_one, copy_two = (importlib.import_module(f"{p}.sample_check") for p in (one, two))
+    copy_one, copy_two = (importlib.import_module(f"{p}.draw.sample_check") for p in (one, two))
     assert copy_one.ROWS_PER_SLOT == installed.ROWS_PER_SLOT // 2
     assert copy_two.ROWS_PER_SLOT == installed.ROWS_PER_SLOT
     assert copy_one._check_kernel is not copy_two._check_kernel is not installed._check_kernel
@@ -494,7 +494,7 @@ def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
     with pytest.raises(SystemExit, match="no __init__.py"):
         ab.load_variant("t_bad", str(TOOLS))
     with pytest.raises(SystemExit, match="has no NO_SUCH"):
-        ab.apply_set(two, "sample_check.NO_SUCH=1")
+        ab.apply_set(two, "draw.sample_check.NO_SUCH=1")
     if not torch.cuda.is_available():
         monkeypatch.setattr("sys.argv", ["ab_kernels.py", "--variant", f"a={pkg_dir}"])
         assert ab.main() == 2  # a clear refusal without a GPU, not a traceback

@@ -1,4 +1,4 @@
-"""replay_kernels/ex2.py: exp of softmax terms in one MUFU.EX2 gives tl.exp's value wherever that is at least
+"""replay_kernels/shared/ex2.py: exp of softmax terms in one MUFU.EX2 gives tl.exp's value wherever that is at least
 2^-126 and +0 below, and the softmax sums it goes into are tl.exp's bit for bit (the module's claim)."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from replay_kernels import ex2  # noqa: E402
-from replay_kernels.ex2 import exp_terms  # noqa: E402
+from replay_kernels.shared import ex2  # noqa: E402
+from replay_kernels.shared.ex2 import exp_terms  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TINY = 2.0 ** -126
@@ -116,7 +116,7 @@ def test_softmax_sums_equal_tl_exp_bit_for_bit(spread):
 @pytest.mark.parametrize("value", ["1", "true", "on"])
 def test_no_inline_assembly_under_any_spelling_of_triton_interpret(value):
     """Triton interprets for TRITON_INTERPRET=1, true, yes or on; so must ex2 (inline PTX cannot be interpreted)."""
-    code = "from replay_kernels import ex2; print(bool(ex2.FTZ))"
+    code = "from replay_kernels.shared import ex2; print(bool(ex2.FTZ))"
     env = {**os.environ, "TRITON_INTERPRET": value}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-500:]

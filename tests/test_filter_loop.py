@@ -1,4 +1,4 @@
-"""The filter passes in one cooperative launch (replay_kernels/filter_loop.py) give the launch sequence's cuts.
+"""The filter passes in one cooperative launch (replay_kernels/filters/filter_loop.py) give the launch sequence's cuts.
 
 The loop runs the sequence's own per-span functions between barriers, so its cuts must equal
 ``filters.launch_filters``' bit for bit, on every stage: the top-k search, the min-p mass pass, the top-p search,
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from replay_kernels.filter_loop import FilterLoop, launcher
-from replay_kernels.filters import FilterScratch, launch_filters
+from replay_kernels.filters.filter_loop import FilterLoop, launcher
+from replay_kernels.filters.filters import FilterScratch, launch_filters
 
 
 def _rows(seed: int, rows: int, vocab: int, device: str):

@@ -1,4 +1,4 @@
-"""``replay_kernels.interpret``: under TRITON_INTERPRET=1 the language is patched once a launch, not once a
+"""``replay_kernels.shared.interpret``: under TRITON_INTERPRET=1 the language is patched once a launch, not once a
 device-function call (what made CPU kernel tests slow), and kernels compute the same."""
 
 import pytest
@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 import replay_kernels  # noqa: F401  (installs the skip under the interpreter)
-from replay_kernels.interpret import interpreting, skip_repeated_patching
+from replay_kernels.shared.interpret import interpreting, skip_repeated_patching
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="the interpreter only")
 

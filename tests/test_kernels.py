@@ -26,12 +26,13 @@ from replay_harness.oracle import rng as oracle_rng  # noqa: E402
 from replay_harness.oracle.near_tie import is_near_tie  # noqa: E402
 from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params  # noqa: E402
 from replay_harness.recording.step import ROUTE_CODE, Step  # noqa: E402
-from replay_kernels import rng, verify_bounds  # noqa: E402
-from replay_kernels.params import apply_sampling_params as triton_params  # noqa: E402
-from replay_kernels.draw import MODE_RESIDUAL  # noqa: E402
-from replay_kernels.gumbel_max import GumbelMaxSampler  # noqa: E402
-from replay_kernels.serial_scan import SerialScanSampler  # noqa: E402
-from replay_kernels.stochastic import StochasticSampler  # noqa: E402
+from replay_kernels.shared import rng  # noqa: E402
+from replay_kernels.verify import verify_bounds  # noqa: E402
+from replay_kernels.filters.params import apply_sampling_params as triton_params  # noqa: E402
+from replay_kernels.draw.draw import MODE_RESIDUAL  # noqa: E402
+from replay_kernels.draw.gumbel_max import GumbelMaxSampler  # noqa: E402
+from replay_kernels.draw.serial_scan import SerialScanSampler  # noqa: E402
+from replay_kernels.verify.stochastic import StochasticSampler  # noqa: E402
 
 # Near-ties tolerated per comparison test (documented bound; 0 seen on CPU).
 MAX_NEAR_TIES = 2
@@ -544,7 +545,7 @@ def test_listed_tokens_score_like_their_tiles(monkeypatch, kind):
     """With about one listed token a row (ROW_HASHES raised) given logits that make it win or lose by 0.01,
     under temperatures, top-k / top-p / min-p bounds and residual rows with draft logits, the draw's tokens
     equal ``reference``: a listed token's score is the one its tile would compute."""
-    import replay_kernels.draw as draw
+    import replay_kernels.draw.draw as draw
 
     monkeypatch.setattr(draw, "ROW_HASHES", 1 << 20)
     monkeypatch.setattr(draw, "MAX_LISTED", 1 << 16)
@@ -583,7 +584,7 @@ def test_launch_rewrites_every_output_slot():
 def test_draw_resets_the_published_row_bests_for_the_next_launch():
     """The programs of a row prune against the best score any of them published this launch; the last
     program resets the row's key (draw.NO_BEST), or the next launch would prune against a stale score."""
-    from replay_kernels.draw import NO_BEST
+    from replay_kernels.draw.draw import NO_BEST
 
     step = synthetic_step(86, 300, 4, 2, ks=[0, 2, 1, 0], draft_logits=True)
     for impl in (StochasticSampler(stats_block=128, draw_block=64, programs=9), GumbelMaxSampler(block=128)):
@@ -636,7 +637,7 @@ def test_gpu_large_vocab_exact_and_deterministic(vocab):
 
 
 # ---------------------------------------------------------------------------
-# stochastic: top-p accept tests decided by bounds (replay_kernels/verify_bounds.py)
+# stochastic: top-p accept tests decided by bounds (replay_kernels/verify/verify_bounds.py)
 # ---------------------------------------------------------------------------
 
 
@@ -674,7 +675,8 @@ def test_stochastic_top_p_bounds_decide_most_tests_and_fallback_runs(monkeypatch
     """Across these steps some tests are decided by the bounds and some go to the exact fallback; both
     give the reference's tokens (so neither path is dead code). The same tokens again when the fallback's
     passes have one program along rows, which then serves every row the fallback lists in turn, and the same
-    cuts when they run as the launch sequence instead of the cooperative loop (replay_kernels/filter_loop.py)."""
+    cuts when they run as the launch sequence instead of the cooperative loop
+    (replay_kernels/filters/filter_loop.py)."""
     impl = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256)
     seq = StochasticSampler(stats_block=128, draw_block=128, stats_span=512, filter_span=256, fallback_loop=False)
     pending = requests = 0

@@ -1,4 +1,4 @@
-"""Recorded launch sequences (replay_kernels/launches.py): built once a state, nothing run while recording,
+"""Recorded launch sequences (replay_kernels/shared/launches.py): built once a state, nothing run while recording,
 the same tokens on every launch (CPU interpreter here; every GPU kernel test runs the compiled path); programmatic
 dependent launch only for kernels that wait first."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import triton
 import triton.language as tl
 
 from replay_harness.impls.reference import ReferenceSampler
-from replay_kernels import launches
-from replay_kernels.gumbel_max import GumbelMaxSampler
-from replay_kernels.stochastic import StochasticSampler
+from replay_kernels.shared import launches
+from replay_kernels.draw.gumbel_max import GumbelMaxSampler
+from replay_kernels.verify.stochastic import StochasticSampler
 from test_kernels import DEVICE, compare, synthetic_step, top_p_verify_step
 
 
@@ -124,7 +124,7 @@ def test_every_pdl_kernel_waits_before_it_touches_memory():
     import replay_kernels
 
     waiting, found = set(), set()
-    for path in pathlib.Path(replay_kernels.__file__).parent.glob("*.py"):
+    for path in pathlib.Path(replay_kernels.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.FunctionDef) or node.name == "pdl_wait" or "PDL" not in [
                     a.arg for a in node.args.args]:

@@ -1,4 +1,4 @@
-"""Sample-and-check in one launch (replay_kernels/one_launch.py): the same tokens as the launch sequence.
+"""Sample-and-check in one launch (replay_kernels/draw/one_launch.py): the same tokens as the launch sequence.
 
 Under ``TRITON_INTERPRET=1`` the launch has one program a row (its barriers pass at once); on the GPU one
 program a draw span, every program of a row waiting for the others at each barrier. Both must emit the
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from replay_harness.impls.reference import ReferenceSampler
-from replay_kernels import one_launch, open_rows
-from replay_kernels.gumbel_max import GumbelMaxSampler
+from replay_kernels.draw import one_launch, open_rows
+from replay_kernels.draw.gumbel_max import GumbelMaxSampler
 from test_kernels import DEVICE, assert_repeatable_and_graph_capturable, compare, synthetic_step
 from test_sample_check import _low_top_p_step
 
@@ -35,7 +35,7 @@ def _assert_same_as_sequence(step, monkeypatch, device: str = "cpu", max_near_ti
                              **shape) -> GumbelMaxSampler:
     one = GumbelMaxSampler(one_launch=True, **shape)
     with monkeypatch.context() as m:
-        m.setattr("replay_kernels.plain.launch_rounds", _no_sequence)
+        m.setattr("replay_kernels.draw.plain.launch_rounds", _no_sequence)
         state = one.prepare(step.to(device))
         assert state.one is not None and state.check is not None
         tokens, counts = (x.clone() for x in one.launch(state))
@@ -117,7 +117,7 @@ def test_gpu_one_launch_matches_the_sequence(vocab, requests, seed, monkeypatch)
     impl = _assert_same_as_sequence(step, monkeypatch, "cuda")
     state = impl.prepare(step.to("cuda"))
     assert state.one.programs > 1
-    monkeypatch.setattr("replay_kernels.plain.launch_rounds", _no_sequence)
+    monkeypatch.setattr("replay_kernels.draw.plain.launch_rounds", _no_sequence)
     assert_repeatable_and_graph_capturable(impl, state)
 
 
@@ -192,7 +192,7 @@ def _assert_open_rows_as_rounds(step, impl_cls, monkeypatch, device: str = "cpu"
     finish loop never runs), with the launched rounds' tokens and the reference's; its counters and the
     first check's list are zero again after a launch, and a second launch repeats the tokens."""
     with monkeypatch.context() as m:
-        m.setattr("replay_kernels.sample_check.launch_finish", _no_rounds)
+        m.setattr("replay_kernels.draw.sample_check.launch_finish", _no_rounds)
         impl = impl_cls(open_rows=True, **shape)
         state = impl.prepare(step.to(device))
         assert state.open is not None and state.check is not None
@@ -229,7 +229,7 @@ def test_open_rows_a_slot_settles_several_rows(monkeypatch):
 def test_open_rows_of_a_verify_leave_the_rejected_draft_out(monkeypatch):
     """Verify steps with top-p: open RESIDUAL rows draw the target without the rejected draft (the finish
     loop's rule), open bonus rows the target; tokens go to each request's slot."""
-    from replay_kernels.stochastic import StochasticSampler
+    from replay_kernels.verify.stochastic import StochasticSampler
     _assert_open_rows_as_rounds(_verify_low_top_p_step(11, 600, 16), StochasticSampler, monkeypatch,
                                 stats_block=64, draw_block=64, stats_span=128, filter_span=128)
 
@@ -347,7 +347,7 @@ def test_gpu_open_rows_match_the_rounds(vocab, requests, top_p, seed, monkeypatc
     state = impl.prepare(step.to("cuda"))
     programs, _ = open_rows.shape(state.params.check_miss, force=True)
     assert state.open.programs == min(programs, state.open.draw_splits) > 1
-    monkeypatch.setattr("replay_kernels.sample_check.launch_finish", _no_rounds)
+    monkeypatch.setattr("replay_kernels.draw.sample_check.launch_finish", _no_rounds)
     assert_repeatable_and_graph_capturable(impl, state)
 
 
@@ -365,7 +365,7 @@ def test_gpu_open_rows_draw_again_unpruned_below_a_floor_nothing_reaches(program
 
 @pytest.mark.gpu
 def test_gpu_open_rows_of_a_verify(monkeypatch):
-    from replay_kernels.stochastic import StochasticSampler
+    from replay_kernels.verify.stochastic import StochasticSampler
     _assert_open_rows_as_rounds(_verify_low_top_p_step(13, 151936, 16), StochasticSampler, monkeypatch, "cuda")
 
 

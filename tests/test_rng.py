@@ -3,7 +3,7 @@
 Three implementations are checked against each other and against fixed values:
 
 * ``replay_harness.oracle.rng``: the torch oracle (CPU here, CUDA on a GPU machine);
-* ``replay_kernels.rng``: our ``@triton.jit`` device functions;
+* ``replay_kernels.shared.rng``: our ``@triton.jit`` device functions;
 * vLLM MRV2's own ``gumbel.py`` (only where ``.peers/vllm_mrv2`` is checked out;
   those tests skip elsewhere, e.g. in CI), plus a pure-Python scalar reference
   and a golden table that was produced by vLLM's kernels.
@@ -37,8 +37,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from replay_harness.oracle import rng as R  # noqa: E402
-from replay_kernels import rng as K  # noqa: E402
-from replay_kernels.interpret import interpreting  # noqa: E402
+from replay_kernels.shared import rng as K  # noqa: E402
+from replay_kernels.shared.interpret import interpreting  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 VLLM_ROOT = REPO_ROOT / ".peers" / "vllm_mrv2"

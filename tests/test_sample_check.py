@@ -1,4 +1,4 @@
-"""Sample-and-check top-k / top-p (replay_kernels/sample_check.py) against the reference.
+"""Sample-and-check top-k / top-p (replay_kernels/draw/sample_check.py) against the reference.
 
 ``gumbel-max`` draws first and checks the drawn token against the row's top-k / top-p set; these
 tests pin that it emits the reference's tokens (up to documented near-ties) on SYNTHETIC rows with
@@ -18,10 +18,10 @@ import triton.language as tl
 
 from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle.rng import gumbel_row
-from replay_kernels import sample_check
-from replay_kernels.gumbel_max import GumbelMaxSampler
-from replay_kernels.partials import block_argmax_top
-from replay_kernels.stochastic import StochasticSampler
+from replay_kernels.draw import sample_check
+from replay_kernels.draw.gumbel_max import GumbelMaxSampler
+from replay_kernels.shared.partials import block_argmax_top
+from replay_kernels.verify.stochastic import StochasticSampler
 from test_kernels import DEVICE, assert_repeatable_and_graph_capturable, compare, synthetic_step
 
 
@@ -64,20 +64,20 @@ def _assert_finish_loop_settles(vocab: int, device: str, **shape) -> None:
 
 
 def test_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
-    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 0)
+    monkeypatch.setattr("replay_kernels.draw.sample_check.EXTRA_ROUNDS", 0)
     _assert_finish_loop_settles(700, "cpu", block=64, programs=16, filter_span=256)
 
 
 @pytest.mark.gpu
 def test_gpu_finish_loop_settles_rows_the_rounds_leave_open(monkeypatch):
     """The same at a real vocabulary and the production launch shapes (the loop's pruned draw on the GPU)."""
-    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 0)
+    monkeypatch.setattr("replay_kernels.draw.sample_check.EXTRA_ROUNDS", 0)
     _assert_finish_loop_settles(151936, "cuda")
 
 
 @pytest.mark.parametrize("rounds", [0, 1, 2, 3])
 def test_rounds_and_finish_agree_and_launch_replays(rounds, monkeypatch):
-    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", rounds)  # every list-length reset path
+    monkeypatch.setattr("replay_kernels.draw.sample_check.EXTRA_ROUNDS", rounds)  # every list-length reset path
     step = _low_top_p_step(6, 300, 6)
     impl = GumbelMaxSampler(block=64, programs=16, filter_span=128, open_rows=False)
     state = impl.prepare(step)
@@ -92,8 +92,8 @@ def test_launched_rounds_settle_the_open_rows_without_the_finish_loop(monkeypatc
     """The later checks and draws run over the list of rows still open: with enough rounds and no finish
     loop they alone must settle every row, and leave the lists empty for the next launch."""
     step = _low_top_p_step(9, 400, 10)
-    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 24)
-    monkeypatch.setattr("replay_kernels.sample_check.launch_finish", lambda *args: None)
+    monkeypatch.setattr("replay_kernels.draw.sample_check.EXTRA_ROUNDS", 24)
+    monkeypatch.setattr("replay_kernels.draw.sample_check.launch_finish", lambda *args: None)
     impl = GumbelMaxSampler(block=64, programs=16, filter_span=128, open_rows=False)
     state = impl.prepare(step)
     assert state.check.row_slots < step.num_requests  # a slot covers several requests
@@ -107,11 +107,11 @@ def test_a_slot_draws_and_checks_every_row_of_its_list(monkeypatch):
     """One launched round, no finish loop: a slot that covers several open rows (8 requests a slot) must
     leave the same tokens and working plan as one slot per request."""
     step = _low_top_p_step(9, 400, 10)
-    monkeypatch.setattr("replay_kernels.sample_check.EXTRA_ROUNDS", 1)
-    monkeypatch.setattr("replay_kernels.sample_check.launch_finish", lambda *args: None)
+    monkeypatch.setattr("replay_kernels.draw.sample_check.EXTRA_ROUNDS", 1)
+    monkeypatch.setattr("replay_kernels.draw.sample_check.launch_finish", lambda *args: None)
     out = []
     for per_slot in (1, 8):
-        monkeypatch.setattr("replay_kernels.sample_check.ROWS_PER_SLOT", per_slot)
+        monkeypatch.setattr("replay_kernels.draw.sample_check.ROWS_PER_SLOT", per_slot)
         impl = GumbelMaxSampler(block=64, programs=16, filter_span=128, open_rows=False)
         state = impl.prepare(step)
         assert state.check.row_slots == -(-step.num_requests // per_slot)

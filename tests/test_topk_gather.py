@@ -1,4 +1,4 @@
-"""Top-k bounds from gathered candidates (replay_kernels/topk_gather.py) against the oracle.
+"""Top-k bounds from gathered candidates (replay_kernels/filters/topk_gather.py) against the oracle.
 
 Rows with top-k (alone or with top-p and min-p) find their bound from the values at or above the k-th largest
 block maximum instead of the 16-way search. These tests pin that the bound is the oracle's bit for bit (ties at
@@ -13,10 +13,10 @@ import torch
 
 from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle.sampling_params import apply_sampling_params as oracle_params
-from replay_kernels import params as kparams
-from replay_kernels.draw import MODE_NONE, MODE_TARGET
-from replay_kernels.gumbel_max import GumbelMaxSampler
-from replay_kernels.topk_gather import GATHER_CAP, SEARCH_CHUNK, gather_max_k
+from replay_kernels.filters import params as kparams
+from replay_kernels.draw.draw import MODE_NONE, MODE_TARGET
+from replay_kernels.draw.gumbel_max import GumbelMaxSampler
+from replay_kernels.filters.topk_gather import GATHER_CAP, SEARCH_CHUNK, gather_max_k
 from test_kernels import DEVICE, synthetic_step
 
 
@@ -31,8 +31,8 @@ def _step(seed: int, vocab: int, rows: int, device="cpu", **kw):
 def solve_path(request, monkeypatch):
     """The solve by one sort (rows of at most SEARCH_CHUNK candidates) with the threshold's 3 rounds, or by the
     searches with 8 (the exact k-th block maximum): the same bounds either way."""
-    monkeypatch.setattr("replay_kernels.topk_gather.SORT_SOLVE", request.param[0])
-    monkeypatch.setattr("replay_kernels.topk_gather.THRESHOLD_ROUNDS", request.param[1])
+    monkeypatch.setattr("replay_kernels.filters.topk_gather.SORT_SOLVE", request.param[0])
+    monkeypatch.setattr("replay_kernels.filters.topk_gather.THRESHOLD_ROUNDS", request.param[1])
 
 
 def _bounds(step, span: int):
@@ -144,7 +144,7 @@ def test_top_k_alone_by_sample_and_check_or_by_its_gathered_bound(monkeypatch, c
     """``plain.CHECK_TOP_K_BELOW``: rows with top-k and no top-p are checked after the draw (steps of fewer
     requests), or drawn from their gathered candidates; both give the reference's tokens (no mass is summed: no
     near-tie either way)."""
-    monkeypatch.setattr("replay_kernels.plain.CHECK_TOP_K_BELOW", 13 if check_top_k else 12)
+    monkeypatch.setattr("replay_kernels.draw.plain.CHECK_TOP_K_BELOW", 13 if check_top_k else 12)
     step = _step(7, 4099, 12)
     step.top_k[:] = torch.tensor([1, 3, 7, 20, 30, 2, 5, 100, 15, 25, 4, 6], dtype=torch.int32)  # 100 > gather_max_k
     step.temperature[:] = torch.tensor([1.0, 0.7, 1.3] * 4)
@@ -168,7 +168,7 @@ def test_gathered_rows_are_drawn_from_their_candidates(monkeypatch):
     step.top_p[:] = torch.tensor([0.9, 1.0, 0.6, 1.0, 0.8, 1.0, 1.0, 0.95, 0.9])
     fallback_row = int(step.cu_num_logits[8])
     step.logits[fallback_row, : GATHER_CAP + 10] = 60.0  # request 8's row does not fit: searched, then drawn as before
-    monkeypatch.setattr("replay_kernels.plain.CHECK_TOP_K_BELOW", 0)  # top-k alone gathered too
+    monkeypatch.setattr("replay_kernels.draw.plain.CHECK_TOP_K_BELOW", 0)  # top-k alone gathered too
     impl = GumbelMaxSampler(block=64, programs=16, filter_span=span)
     state = impl.prepare(step)
     draw = state.params.gather.draw

@@ -23,7 +23,7 @@ from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle.near_tie import is_near_tie
 from replay_harness.oracle.sampling_params import apply_sampling_params
 from replay_harness.recording.synthetic import Case, random_step
-from replay_kernels.interpret import interpreting
+from replay_kernels.shared.interpret import interpreting
 
 pytestmark = pytest.mark.peers
 

@@ -3,11 +3,12 @@
 
     git archive ce670c5 replay_kernels | tar -x -C scratch/base        # a baseline copy (any commit)
     python3 tools/ab_kernels.py --variant base=scratch/base/replay_kernels --variant tree=replay_kernels \\
-        [--set 'small:sample_check.ROUND_DRAW_SHAPES=((1 << 31, 512, 1, 4096, True, None),)'] [--cases top-p]
+        [--set 'small:draw.sample_check.ROUND_DRAW_SHAPES=((1 << 31, 512, 1, 4096, True, None),)'] [--cases top-p]
 
 Each ``--variant NAME=DIR`` loads the package in DIR under its own module name (so two versions of a kernel
 live in one process); ``--set NAME:MODULE.ATTR=EXPR`` then overrides a module constant of that copy (a shape
-table, a tile), evaluated with the module's globals. The first variant is the reference: every other
+table, a tile; MODULE is its path in the copy, ``draw.sample_check``, or ``sample_check`` in a copy from before the
+subpackages), evaluated with the module's globals. The first variant is the reference: every other
 variant's tokens and counts must equal its tokens in every case (exit 1 otherwise: a pruning or tie bug).
 Timing: each case is prepared once per variant, then ``--rounds`` rounds, variants interleaved in each, of
 ``time_graph`` (16 launches in one CUDA graph, warm L2, median µs per launch; ``--cold``: the L2 evicted before
@@ -113,6 +114,14 @@ def apply_set(pkg: str, assignment: str) -> None:
     setattr(module, attr, eval(expr, vars(module)))  # noqa: S307 (a developer's command line)
 
 
+def copy_module(pkg: str, module: str):
+    """Module ``module`` (``draw.gumbel_max``) of the copy ``pkg``; in a copy from before the modules were grouped
+    into subpackages (issue 57: a baseline of an older commit), the flat module of the same name."""
+    if not os.path.isdir(os.path.join(sys.modules[pkg].__path__[0], module.partition(".")[0])):
+        module = module.rpartition(".")[2]
+    return importlib.import_module(f"{pkg}.{module}")
+
+
 def make_step(source: str | None, R: int, k: int, top_p: float, i: int = 0, top_k: int = 0):
     import torch
 
@@ -169,8 +178,8 @@ def main() -> int:
         if name not in variants:
             raise SystemExit(f"ab_kernels: --set {spec!r}: no variant {name!r}")
         apply_set(variants[name], assignment)
-    impls = {name: (importlib.import_module(f"{pkg}.gumbel_max").GumbelMaxSampler,
-                    importlib.import_module(f"{pkg}.stochastic").StochasticSampler) for name, pkg in variants.items()}
+    impls = {name: (copy_module(pkg, "draw.gumbel_max").GumbelMaxSampler,
+                    copy_module(pkg, "verify.stochastic").StochasticSampler) for name, pkg in variants.items()}
     words = [w.strip() for w in args.cases.split(",") if w.strip()]
     cases = [c for c in CASES if not words or any(c[0].endswith(w[:-1]) if w.endswith("$") else w in c[0]
                                                   for w in words)]

@@ -16,7 +16,7 @@ with Triton) reads the registers a thread and the spill stack of the cubin. Per 
 * sass: instructions in the cubin (code size).
 
 A plain step below ``one_launch.ONE_LAUNCH_BELOW`` requests with top-k / top-p checks is recorded as the one
-launch (``replay_kernels/one_launch.py``), as on a GPU with room for all its programs; a line under the table
+launch (``replay_kernels/draw/one_launch.py``), as on a GPU with room for all its programs; a line under the table
 says whether an H200 has that room (when it does not, the sampler runs the sequence: record it at a larger R).
 The open-row launch that settles what a first check leaves open is recorded with every slot it allocates; a
 line says how many of them an H200 holds at once (the grid the sampler then launches).
@@ -51,11 +51,12 @@ def record_launches(impl_name: str, V: int, R: int, k: int, top_p: float, dtype:
 
     from replay_harness.bench.kernels.cases import Inputs
     from replay_harness.impls import get_impl
-    from replay_kernels import filter_loop, one_launch, open_rows
+    from replay_kernels.filters import filter_loop
+    from replay_kernels.draw import one_launch, open_rows
 
     launches = []
 
-    def record(self, *args, grid, warmup, **kwargs):  # None: replay_kernels.launches then records kernel[grid]
+    def record(self, *args, grid, warmup, **kwargs):  # None: replay_kernels.shared.launches then records kernel[grid]
         if not warmup:
             launches.append((self, args, kwargs, grid))
 
@@ -113,9 +114,9 @@ def cubin_resources(cubin: bytes) -> tuple[int, int, int]:
 
 def programs_per_sm(regs: int, warps: int) -> int:
     """Programs of ``warps`` warps an H100/H200 SM holds at ``regs`` registers a thread (registers only; the
-    partition rule of ``replay_kernels.one_launch.warps_by_registers``, imported here, after main has taken
+    partition rule of ``replay_kernels.draw.one_launch.warps_by_registers``, imported here, after main has taken
     TRITON_INTERPRET out of the environment)."""
-    from replay_kernels.one_launch import warps_by_registers
+    from replay_kernels.draw.one_launch import warps_by_registers
 
     return min(MAX_PROGRAMS, min(MAX_WARPS, warps_by_registers(regs)) // warps)
 

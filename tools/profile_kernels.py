@@ -27,9 +27,9 @@ from collections import defaultdict
 import torch
 
 from replay_harness.bench.kernels.cases import Inputs
-from replay_kernels.draw import DRAW_PROGRAMS
-from replay_kernels.gumbel_max import GumbelMaxSampler
-from replay_kernels.stochastic import StochasticSampler
+from replay_kernels.draw.draw import DRAW_PROGRAMS
+from replay_kernels.draw.gumbel_max import GumbelMaxSampler
+from replay_kernels.verify.stochastic import StochasticSampler
 
 CASES = [  # (R, k, top_p, top_k)
     (1, 0, 1.0, 0), (256, 0, 1.0, 0), (1, 0, 0.9, 0), (64, 0, 0.9, 0), (256, 0, 0.9, 0), (256, 0, 1.0, 50),
@@ -129,10 +129,10 @@ def sweep(V: int) -> None:
 
 
 def warps_sweep(V: int) -> None:
-    """The draw kernel's warps per program and tile (replay_kernels.draw.DRAW_SHAPES, restored after), with
+    """The draw kernel's warps per program and tile (replay_kernels.draw.draw.DRAW_SHAPES, restored after), with
     8 x DRAW_PROGRAMS warps a launch (8,192 one-warp programs, 1,024 of 8 warps); tokens compared with the
     table's choice."""
-    from replay_kernels import draw
+    from replay_kernels.draw import draw
 
     table = draw.DRAW_SHAPES
 
@@ -149,8 +149,8 @@ def warps_sweep(V: int) -> None:
 
 
 def check_sweep(V: int) -> None:
-    """The check pass's tile and warps (module constants of replay_kernels.sample_check, restored after)."""
-    from replay_kernels import sample_check
+    """The check pass's tile and warps (module constants of replay_kernels.draw.sample_check, restored after)."""
+    from replay_kernels.draw import sample_check
 
     def make(block: int, warps: int) -> GumbelMaxSampler:
         sample_check.CHECK_BLOCK, sample_check.CHECK_WARPS = block, warps

@@ -7,7 +7,7 @@
 For each recording: ``gumbel-max`` (k = 0 steps) or ``stochastic`` (verify steps) built with each
 (block, programs), timed with ``triton.testing.do_bench`` (L2 flushed before every call, median µs), its
 tokens checked equal to the default configuration's. Prints one table per recording; the defaults in
-replay_kernels/draw.py come from runs of this script (docs/KERNELS.md "The draw").
+replay_kernels/draw/draw.py come from runs of this script (docs/KERNELS.md "The draw").
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import torch
 import triton.testing
 
 from replay_harness.recording.store import Recording
-from replay_kernels.gumbel_max import GumbelMaxSampler
-from replay_kernels.stochastic import StochasticSampler
+from replay_kernels.draw.gumbel_max import GumbelMaxSampler
+from replay_kernels.verify.stochastic import StochasticSampler
 
 
 def main() -> None:

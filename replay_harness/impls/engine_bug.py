@@ -72,7 +72,7 @@ class GreedyOnlySampler(Sampler):
 
     def _stochastic(self):
         if self._kernels is None:
-            from replay_kernels.stochastic import StochasticSampler  # Triton: imported only when used
+            from replay_kernels.verify.stochastic import StochasticSampler  # Triton: imported only when used
 
             self._kernels = StochasticSampler()
         return self._kernels

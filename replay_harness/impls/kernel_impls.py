@@ -12,7 +12,8 @@ from typing import Any
 
 from replay_harness.impls.contract import LaunchSampler
 from replay_harness.recording.step import SampleResult, Step
-from replay_kernels import gumbel_max, serial_scan, stochastic
+from replay_kernels.draw import gumbel_max, serial_scan
+from replay_kernels.verify import stochastic
 from replay_kernels.batch import SamplingBatch
 
 
@@ -41,12 +42,12 @@ class _KernelImpl:
 # Bases in this order: the adapter, then the kernel sampler (its prepare / launch before Sampler's defaults, which
 # raise), then LaunchSampler (result, and the Sampler contract). Name and description are the kernel sampler's.
 class StochasticSampler(_KernelImpl, stochastic.StochasticSampler, LaunchSampler):
-    """``stochastic``: :class:`replay_kernels.stochastic.StochasticSampler` on recorded steps."""
+    """``stochastic``: :class:`replay_kernels.verify.stochastic.StochasticSampler` on recorded steps."""
 
 
 class GumbelMaxSampler(_KernelImpl, gumbel_max.GumbelMaxSampler, LaunchSampler):
-    """``gumbel-max``: :class:`replay_kernels.gumbel_max.GumbelMaxSampler` on recorded steps."""
+    """``gumbel-max``: :class:`replay_kernels.draw.gumbel_max.GumbelMaxSampler` on recorded steps."""
 
 
 class SerialScanSampler(_KernelImpl, serial_scan.SerialScanSampler, LaunchSampler):
-    """``serial-scan``: :class:`replay_kernels.serial_scan.SerialScanSampler` on recorded steps."""
+    """``serial-scan``: :class:`replay_kernels.draw.serial_scan.SerialScanSampler` on recorded steps."""

@@ -43,7 +43,7 @@ from replay_harness.impls.contract import LaunchSampler
 from replay_harness.oracle.sampling_params import apply_sampling_params, needs_processing
 from replay_harness.oracle.walk import verify_request
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
-from replay_kernels.interpret import interpreting
+from replay_kernels.shared.interpret import interpreting
 
 PEERS_ENV = "REPLAY_PEERS"
 

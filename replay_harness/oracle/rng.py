@@ -9,7 +9,7 @@ two kinds of randomness, both pure functions of integers:
   ``(seed, pos, token)`` turned into a uniform and then into
   ``-log(-log(1 - u))`` (:func:`murmur3_uniform32`, :func:`gumbel_noise`).
 
-``replay_kernels/rng.py`` implements the same contract as ``@triton.jit``
+``replay_kernels/shared/rng.py`` implements the same contract as ``@triton.jit``
 device functions; ``tests/test_rng.py`` proves the two bit-identical.
 
 Conventions
@@ -268,7 +268,7 @@ def gumbel_noise(seed: Int, pos: Int, token: Int, *, device=None) -> torch.Tenso
     """Gumbel(0, 1) noise of MRV2: ``-log(-log(1 - u))``, u = murmur3_uniform32.
 
     Inputs as in :func:`murmur3_uniform32`; returns float32 of the broadcast
-    shape. Bit-identical to ``replay_kernels.rng.gumbel_noise`` given a
+    shape. Bit-identical to ``replay_kernels.shared.rng.gumbel_noise`` given a
     correctly rounded ``tl.log`` (see module docstring).
     """
     u = murmur3_uniform32(seed, pos, token, device=device)

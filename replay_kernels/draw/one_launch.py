@@ -1,6 +1,6 @@
 """Sample-and-check of a small plain step in one launch: draw, check and redraw behind per-row barriers.
 
-Same tokens as the launch sequence of :mod:`replay_kernels.sample_check` (first draw, first check, the
+Same tokens as the launch sequence of :mod:`replay_kernels.draw.sample_check` (first draw, first check, the
 launched rounds, the finish loop: five to nine launches, each with its own fixed cost). Here the ``P``
 programs of a row, all resident at once, meet at a barrier instead of a kernel boundary. Measured on an H200
 (CUDA graph, 2026-12-02): top-p 0.9 R = 1 13.2 -> 8.5 µs when the draw is the
@@ -38,7 +38,7 @@ Bytes (R = 1, fp32): the row read once from DRAM by the draw (V x 4 B), each che
 12 B of partials a draw span and a check span a round.
 
 The same loop (:func:`settle_row`) settles the requests the launch sequence's first check leaves open, from
-four requests: :mod:`replay_kernels.open_rows`; there each draw is floored by the first draw's partials
+four requests: :mod:`replay_kernels.draw.open_rows`; there each draw is floored by the first draw's partials
 (:func:`floor_of`), and its programs do not keep their scores in registers.
 """
 from __future__ import annotations
@@ -50,12 +50,12 @@ import triton
 import triton.language as tl
 
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET
-from .interpret import interpreting
-from .launches import PDL_LATE, compiled_kernel, launch, pdl_wait
-from .bound_rules import keep_mask
-from .params import process_loaded
-from .partials import block_argmax, block_max, last_to_arrive, token_value
-from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
+from ..shared.interpret import interpreting
+from ..shared.launches import PDL_LATE, compiled_kernel, launch, pdl_wait
+from ..filters.bound_rules import keep_mask
+from ..filters.params import process_loaded
+from ..shared.partials import block_argmax, block_max, last_to_arrive, token_value
+from ..shared.rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
 from .sample_check import CHECK_BLOCK, CHECK_WARPS, _span_check, _verdict
 
 ONE_LAUNCH_BELOW = 4  # requests; at R = 4 its 488 programs do not fit an H200 (396) anyway
@@ -299,7 +299,7 @@ class OneLaunchScratch:
     float32 / float32 / int32, barrier counters ``sync`` [R] and exit counters ``exits`` [R + 1] int32 (zero
     between launches; the last counts every program of the open-row launch); ``programs``: P, the grid's second
     dimension; ``maxnreg``: the kernel's register cap. The open-row launch uses it with R = its slots
-    (:func:`replay_kernels.open_rows.allocate`)."""
+    (:func:`replay_kernels.draw.open_rows.allocate`)."""
 
     part_max: torch.Tensor
     part_arg: torch.Tensor

@@ -18,13 +18,13 @@ no processing, and requests at temperature 1); ``x / 1.0 == x`` exactly.
 Rows without filters get ``(-inf, 0)``: everything kept.
 
 The bound of the rows that use min-p, top-k or top-p is computed by the split-row
-passes of :mod:`replay_kernels.filters` (row maximum and min-p bound; top-k by a
+passes of :mod:`replay_kernels.filters.filters` (row maximum and min-p bound; top-k by a
 16-way search over the monotone int32 key of the fp32 bits, ties at the k-th value
 kept; top-p by the sum-exp of the kept values, a 16-way search for the smallest
 kept value ``v*`` whose ascending cumulative mass exceeds ``1 - p``, and the cut
 inside the tie group at ``v*`` in token-id order), each pass one launch over
 (filtered rows x spans of the row); rows with top-k (k up to ``gather_max_k``) by the same searches on the
-values at or above their k-th largest block maximum, gathered in two passes (:mod:`replay_kernels.topk_gather`).
+values at or above their k-th largest block maximum, gathered in two passes (:mod:`replay_kernels.filters.topk_gather`).
 
 Known, documented differences from the oracle (near-ties; docs/KERNELS.md "Filter bounds"):
 the cumulative mass is a sum of per-span fp32 sums, not the oracle's sorted cumsum,
@@ -41,10 +41,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .batch import SamplingBatch, needs_processing, normalized_top_k
+from ..batch import SamplingBatch, needs_processing, normalized_top_k
 from .bound_rules import keep_mask
 from .filters import FILTER_SPAN, FilterScratch, launch_filters
-from .launches import launch
+from ..shared.launches import launch
 from .topk_gather import GatherScratch, gather_max_k, launch_gather
 
 GATHER_SEARCH_ROWS = 1  # programs along rows of the filter passes for gathered rows that do not fit (ROW_SOLVE off)
@@ -106,15 +106,15 @@ class RowParams:
     top_k      int32    k in [1, V] (V = off)
     top_p      float32  p in (0, 1] (1 = off)
     search_top_k / search_top_p: what the filter passes search (top_k / top_p, except V / 1 on check rows)
-    check      int32    1: the row's top-k or top-p is applied by sample-and-check (replay_kernels.sample_check)
+    check      int32    1: the row's top-k or top-p is applied by sample-and-check (replay_kernels.draw.sample_check)
                         after the draw, not by the bound (which then holds min-p only)
     cut_val    float32  filter bound, written by :func:`launch_params` (-inf = keep all)
     cut_idx    int32    filter tie index, written by :func:`launch_params`
     filter_rows int32 [F] rows whose bound the filter passes search: the rows without a gather first
                (min-p, top-p, k above gather_max_k), then slots for the gathered rows that do not fit
     num_filter_rows: int F (host int, fixed at prepare time)
-    filters    FilterScratch: the filter passes' scratch and stage flags (replay_kernels.filters)
-    gather     GatherScratch or None: the rows whose top-k bound is gathered (replay_kernels.topk_gather)
+    filters    FilterScratch: the filter passes' scratch and stage flags (replay_kernels.filters.filters)
+    gather     GatherScratch or None: the rows whose top-k bound is gathered (replay_kernels.filters.topk_gather)
     check_miss tuple[float]: per request with a check row, a bound on the chance that one draw misses
                its set (1 - top_p; 1.0 for top-k: unbounded), host floats (sets the launched rounds)
     """
@@ -148,7 +148,7 @@ def prepare_params(batch, device: torch.device | str | None = None, filter_span:
     Greedy requests and requests that need no processing are left alone
     (temp_div 1, no filter), as the oracle does. ``check``: rows with top-k or top-p (not both) leave
     those to sample-and-check (plain samples); ``check_top_k=False``: top-p rows without top-k only
-    (a verify decides them by bounds, replay_kernels/verify_bounds.py); ``gather_top_k``: rows with top-k alone
+    (a verify decides them by bounds, replay_kernels/verify/verify_bounds.py); ``gather_top_k``: rows with top-k alone
     whose k can be gathered (``gather_max_k``) are gathered, not checked (plain samples of many requests).
     """
     device = batch.logits.device if device is None else device

@@ -1,4 +1,4 @@
-"""The plain draw of a gathered top-k row, from its candidates (:mod:`replay_kernels.topk_gather`).
+"""The plain draw of a gathered top-k row, from its candidates (:mod:`replay_kernels.filters.topk_gather`).
 
 A top-k row's kept set is among its gathered candidates (every kept value is at least the k-th largest, itself
 at least the gather threshold), so ``argmax(processed + gumbel_noise(seed, pos, v))`` over the row is the argmax
@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .bound_rules import keep_mask
-from .rng import better, murmur3_finish, noised_score
+from ..shared.rng import better, murmur3_finish, noised_score
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Top-k or top-p of a plain sample by sample-and-check: draw first, then test the drawn token.
 
 Every filter keeps a suffix ``K`` of the row in ascending ``(value, index)`` order
-(:mod:`replay_kernels.params`). The plain sample is ``argmax_{v in K}(x_v + g_v)``
+(:mod:`replay_kernels.filters.params`). The plain sample is ``argmax_{v in K}(x_v + g_v)``
 (first index on ties). Instead of searching the bound of ``K`` (8 + 1 + 5 passes over
-the row, :mod:`replay_kernels.filters`), draw over a superset ``A`` of ``K`` and test
+the row, :mod:`replay_kernels.filters.filters`), draw over a superset ``A`` of ``K`` and test
 the winner ``c``:
 
 * ``c in K``: it is the answer (``K`` is inside ``A``, so nothing in ``K`` beats it,
@@ -32,7 +32,7 @@ then up to ``EXTRA_ROUNDS`` (draw, check) pairs (:func:`launched_rounds`) over a
 program for the others; these draws split each open row over more programs than the first draw does), then
 :func:`_finish_kernel`, one program per row that loops (draw, check) over whole rows until every row is settled
 (exact whatever the parameters; rarely has work). Rows with both top-k and top-p get a bound first (their top-p
-mass is over the top-k set, which a check does not give: replay_kernels/topk_gather.py).
+mass is over the top-k set, which a check does not give: replay_kernels/filters/topk_gather.py).
 
 Bytes per check pass: V x 4 B (fp32) per open row, 12 B per program of partials; 4 B per row of ``top``.
 """
@@ -46,13 +46,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .ex2 import exp_terms
+from ..shared.ex2 import exp_terms
 from .draw import DRAW_PROGRAMS, MODE_NONE, MODE_RESIDUAL, MODE_TARGET, DrawScratch
-from .partials import held_top, last_to_arrive, token_value
-from .filters import FILTER_SPAN
-from .launches import launch, pdl_wait
-from .params import load_processed
-from .rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
+from ..shared.partials import held_top, last_to_arrive, token_value
+from ..filters.filters import FILTER_SPAN
+from ..shared.launches import launch, pdl_wait
+from ..filters.params import load_processed
+from ..shared.rng import gumbel_upper_bound, murmur3_finish, murmur3_row_key, noised_score
 
 EXTRA_ROUNDS = 3  # at most this many (draw, check) launch pairs after the first check, before the finish loop
 FINISH_ODDS = 0.02  # fewer rounds while the chance that some row is left to the finish loop stays below this

@@ -45,11 +45,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .bound_rules import float_key, key_to_float
-from .launches import pdl_wait
-from .params import load_processed, process_loaded
-from .partials import block_argmax, block_argmax_top, held_once, last_to_arrive
-from .rng import better, gumbel_upper_bound, murmur3_finish, murmur3_preimage, murmur3_row_key, noised_score
+from ..filters.bound_rules import float_key, key_to_float
+from ..shared.launches import pdl_wait
+from ..filters.params import load_processed, process_loaded
+from ..shared.partials import block_argmax, block_argmax_top, held_once, last_to_arrive
+from ..shared.rng import better, gumbel_upper_bound, murmur3_finish, murmur3_preimage, murmur3_row_key, noised_score
 
 # Draw modes (one per request), shared by the plain samplers and the stochastic walk.
 MODE_NONE = tl.constexpr(0)      # nothing to draw (refused request, or greedy verify that stopped on a mismatch)

@@ -1,16 +1,16 @@
 """``gumbel-max``: the parallel plain sampler (k = 0), one launch of the pruned draw kernel.
 
-Launches per step: the split-row filter passes of :mod:`replay_kernels.filters` (steps with
-min-p / top-k / top-p rows only; rows whose top-k bound is gathered, :mod:`replay_kernels.topk_gather`, are
+Launches per step: the split-row filter passes of :mod:`replay_kernels.filters.filters` (steps with
+min-p / top-k / top-p rows only; rows whose top-k bound is gathered, :mod:`replay_kernels.filters.topk_gather`, are
 drawn there from their candidates), then ``draw._draw_kernel`` over grid ``(R, SPLITS)``. Bytes: each row read once
 (N x V x 4 B for fp32 logits; 2 B for bf16), tokens and counts written once.
-See :mod:`replay_kernels.draw` for the pruning and :mod:`replay_kernels.plain`
+See :mod:`replay_kernels.draw.draw` for the pruning and :mod:`replay_kernels.draw.plain`
 for the refusal of requests with drafts.
 """
 from __future__ import annotations
 
 from .draw import REDUCE_CHUNK, _draw_kernel
-from .launches import launch
+from ..shared.launches import launch
 from .plain import PlainSampler, PlainState
 
 

@@ -1,13 +1,13 @@
 """What the plain-sample impls (k = 0) share: the draw plan and the prepare / launch / sample frame.
 
-``gumbel-max`` (:mod:`replay_kernels.gumbel_max`) and ``serial-scan``
-(:mod:`replay_kernels.serial_scan`) emit, for every request without drafts, the
+``gumbel-max`` (:mod:`replay_kernels.draw.gumbel_max`) and ``serial-scan``
+(:mod:`replay_kernels.draw.serial_scan`) emit, for every request without drafts, the
 token of the ``mrv2`` contract: greedy requests (temperature 0) take the argmax
 of the raw row (first index on ties); the others take
 ``argmax(processed + gumbel_noise(seed, pos, v))``, so they emit the same tokens
 as ``reference``. Requests with drafts (k > 0) are refused (route ``refused``,
 count 0, with a note): use ``stochastic``. Sampling parameters come from
-:mod:`replay_kernels.params` (a filter bound per row, applied on the fly).
+:mod:`replay_kernels.filters.params` (a filter bound per row, applied on the fly).
 
 API (both impls; ``batch``: a :class:`replay_kernels.batch.SamplingBatch` or any object with its attributes)::
 
@@ -21,18 +21,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .batch import ROUTE_CODE, KernelSampler, SamplingBatch, route_of
-from .candidate_draw import CandidateDraw
+from ..batch import ROUTE_CODE, KernelSampler, SamplingBatch, route_of
+from ..filters.candidate_draw import CandidateDraw
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
-from .filters import FILTER_SPAN
-from .launches import run_cooperative
+from ..filters.filters import FILTER_SPAN
+from ..shared.launches import run_cooperative
 from . import one_launch, open_rows
-from .params import RowParams, host_batch, launch_params, prepare_params
+from ..filters.params import RowParams, host_batch, launch_params, prepare_params
 from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
 
 # Rows with top-k and no top-p: sample-and-check in steps of fewer requests than this, else their gathered bound
-# (replay_kernels/topk_gather.py) when k allows it (else checked). Both exact, no sums: the same tokens either way.
-# Measured crossover (H200, 2026-12-02): checked faster at R = 1, 2; gathered from R = 4.
+# (replay_kernels/filters/topk_gather.py) when k allows it (else checked). Both exact, no sums: the same tokens
+# either way. Measured crossover (H200, 2026-12-02): checked faster at R = 1, 2; gathered from R = 4.
 CHECK_TOP_K_BELOW = 4
 
 
@@ -48,12 +48,13 @@ class PlainState:
     requests the gather draws: candidate_draw.CandidateDraw);
     check: CheckScratch of sample-and-check (None when no row uses it); round_draw: the DrawScratch of
     its later draws (``sample_check.round_draw_scratch``: few rows are still open); one: the scratch of the
-    same in one launch (:mod:`replay_kernels.one_launch`; None when the step does not qualify), used when its
+    same in one launch (:mod:`replay_kernels.draw.one_launch`; None when the step does not qualify), used when its
     programs fit on the device at once (decided when the launches are recorded), else the sequence above;
     open: the scratch of the open-row launch that settles what the first check leaves open
     (``open_rows.launcher``; None: the launched rounds and the finish loop);
     notes: list[str]; launches: the launch sequence, recorded on the first launch
-    (:mod:`replay_kernels.launches`); dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused pointers.
+    (:mod:`replay_kernels.shared.launches`); dummy_i32 / dummy_f32 [1]: placeholders for the draw kernel's unused
+    pointers.
     """
 
     logits: torch.Tensor
@@ -83,12 +84,12 @@ class PlainSampler(KernelSampler):
     """prepare / launch / sample of a plain sampler; subclasses write ``_draw(state, mode, cut_val, cut_idx,
     scratch, rows=None)``.
 
-    ``sample_check``: top-k or top-p rows are drawn then checked (:mod:`replay_kernels.sample_check`)
+    ``sample_check``: top-k or top-p rows are drawn then checked (:mod:`replay_kernels.draw.sample_check`)
     instead of searching their bound first; the subclass's draw must honour the plan it is given.
     ``draw_candidates``: rows whose top-k bound is gathered are drawn from their candidates by the gather
-    (:class:`replay_kernels.candidate_draw.CandidateDraw`), not by the subclass's draw.
+    (:class:`replay_kernels.filters.candidate_draw.CandidateDraw`), not by the subclass's draw.
     ``one_launch`` (with ``sample_check``; steps without gathered rows): the draw, checks and redraws in one
-    launch (:mod:`replay_kernels.one_launch`): None below ONE_LAUNCH_BELOW requests and not under the
+    launch (:mod:`replay_kernels.draw.one_launch`): None below ONE_LAUNCH_BELOW requests and not under the
     interpreter, True whenever its programs fit (one a row under the interpreter), False never. Same tokens.
     ``open_rows`` (with ``sample_check``): the rows the first check leaves open are settled by one
     cooperative launch (``open_rows.launcher``) instead of the launched rounds and the finish loop:

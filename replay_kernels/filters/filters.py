@@ -1,11 +1,10 @@
 """The filter bound ``(cut_val, cut_idx)`` of min-p / top-k / top-p rows, split across many programs per row.
 
-Same bound, same search as the oracle's rule (see :mod:`replay_kernels.params` for what the bound means): row max
-``M``; min-p bound ``L = M + log(min_p)``; top-k: the k-th largest value by a 16-way search over the monotone int32
-key of the fp32 bits (ties at the k-th value kept); top-p: the sum-exp ``S`` of the kept values, a 16-way search for
-the smallest kept value ``v*`` whose ascending cumulative mass exceeds ``1 - p``, the size and lower mass of the tie
-group at ``v*``, and, when the oracle's stable sort cuts that group, a 16-way search over token ids for the cut
-index.
+Same bound, same search as the oracle's rule (see :mod:`replay_kernels.filters.params` for what the bound means): row
+max ``M``; min-p bound ``L = M + log(min_p)``; top-k: the k-th largest value by a 16-way search over the monotone int32
+key of the fp32 bits (ties at the k-th value kept); top-p: the sum-exp ``S`` of the kept values, a 16-way search for the
+smallest kept value ``v*`` whose ascending cumulative mass exceeds ``1 - p``, the size and lower mass of the tie group
+at ``v*``, and, when the oracle's stable sort cuts that group, a 16-way search over token ids for the cut index.
 
 Each pass over a row is one launch over grid ``(F, SPLITS)``: program (f, s) reads the span ``[s * FILTER_SPAN,
 (s + 1) * FILTER_SPAN)`` of filtered row f (V x 4 B per row per pass for fp32 logits) and writes its partial counts or
@@ -24,7 +23,7 @@ whole span (after the first rounds, most spans), the others accumulate per lane 
 
 Each pass's work on one span of one row is a function (:func:`stats_span`, :func:`mass_span`, :func:`round_span`;
 :func:`step_row` for a settle / setup step), which the kernels here loop over their rows and which
-:mod:`replay_kernels.filter_loop` runs between barriers in one cooperative launch (the verify fallback's cuts).
+:mod:`replay_kernels.filters.filter_loop` runs between barriers in one cooperative launch (the verify fallback's cuts).
 
 Near-ties: the cumulative mass is a sum of per-span fp32 sums (the oracle sums a sorted fp32 cumsum), so a top-p
 decision within rounding of ``1 - p`` may differ; documented in docs/KERNELS.md and classified by the near-tie
@@ -39,7 +38,7 @@ import triton
 import triton.language as tl
 
 from .bound_rules import KEY_ROUNDS, WAYS, candidates, clean, float_key, key_to_float, min_p_bound, narrow, tie_drops
-from .launches import launch
+from ..shared.launches import launch
 
 FILTER_SPAN = 8192   # elements of one row per program (fixed: the sums do not depend on the batch)
 ROUND_BLOCK, ROUND_WARPS = 512, 8  # a search round's tile (per-lane [ROUND_BLOCK, 16] accumulators) and warps
@@ -59,8 +58,8 @@ STEP_FINAL = tl.constexpr(5)        # cut_val, cut_idx
 
 @triton.jit
 def _fresh(ptr):
-    """A load from L2 (not L1): scratch another program of the cooperative loop (:mod:`replay_kernels.filter_loop`)
-    stored before their barrier."""
+    """A load from L2 (not L1): scratch another program of the cooperative loop
+    (:mod:`replay_kernels.filters.filter_loop`) stored before their barrier."""
     return tl.load(ptr, cache_modifier=".cg")
 
 

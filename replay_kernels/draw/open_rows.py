@@ -1,7 +1,7 @@
 """What sample-and-check's first check leaves open, settled in one cooperative launch.
 
 From four requests a checked plain step (and a verify step's top-p draws) runs the launch sequence of
-:mod:`replay_kernels.sample_check`: first draw, first check, then (draw, check) rounds over the requests still
+:mod:`replay_kernels.draw.sample_check`: first draw, first check, then (draw, check) rounds over the requests still
 open and the finish loop. When few requests are expected open (:data:`OPEN_ROW_SHAPES`), the first check lists
 every request it leaves open (its list 0) and :func:`_open_rows_kernel` settles them all in one launch: grid
 (S, P), slot s taking entries s, s + S, ... one after another, its P programs drawing and checking each with
@@ -28,10 +28,10 @@ import triton.language as tl
 
 from . import one_launch
 from .draw import MODE_NONE, MODE_RESIDUAL
-from .launches import PDL_LATE, compiled_kernel, launch, pdl_wait
+from ..shared.launches import PDL_LATE, compiled_kernel, launch, pdl_wait
 from .one_launch import OneLaunchScratch, interpreting, settle_row
-from .partials import held_top, last_to_arrive
-from .rng import murmur3_row_key
+from ..shared.partials import held_top, last_to_arrive
+from ..shared.rng import murmur3_row_key
 
 OPEN_ROW_SLOTS = 16  # slots allocated for the open-row launch, at most (it launches as many as are resident)
 # The open-row launch's shape by how many requests the first check is expected to leave open (the sum of the

@@ -1,12 +1,12 @@
 """The rules of the filter bound that every kernel computing or applying it shares.
 
-The bound of a row is ``(cut_val, cut_idx)`` (:mod:`replay_kernels.params`): a value is kept if it is above
+The bound of a row is ``(cut_val, cut_idx)`` (:mod:`replay_kernels.filters.params`): a value is kept if it is above
 ``cut_val``, or equal to it at a token id ``>= cut_idx`` (:func:`keep_mask`). Searching it
-(:mod:`replay_kernels.filters` over the row, :mod:`replay_kernels.topk_gather` over candidates) runs 16-way rounds
-over the monotone int32 key of the fp32 bits (:func:`float_key`, :func:`key_to_float`): each round evaluates
-``WAYS`` :func:`candidates` of the interval and :func:`narrow` keeps the largest where the monotone predicate
-holds; ``KEY_ROUNDS`` rounds pin a 32-bit key. Values are read by :func:`clean` (temperature applied, NaN as
--inf); :func:`min_p_bound` and :func:`tie_drops` are the min-p bound and the top-p cut inside a tie group.
+(:mod:`replay_kernels.filters.filters` over the row, :mod:`replay_kernels.filters.topk_gather` over candidates) runs
+16-way rounds over the monotone int32 key of the fp32 bits (:func:`float_key`, :func:`key_to_float`): each round
+evaluates ``WAYS`` :func:`candidates` of the interval and :func:`narrow` keeps the largest where the monotone predicate
+holds; ``KEY_ROUNDS`` rounds pin a 32-bit key. Values are read by :func:`clean` (temperature applied, NaN as -inf);
+:func:`min_p_bound` and :func:`tie_drops` are the min-p bound and the top-p cut inside a tie group.
 """
 from __future__ import annotations
 

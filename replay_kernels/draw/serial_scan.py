@@ -3,7 +3,7 @@
 Kept as the baseline the founding engine shipped: one thread per row. Grid ``(R,)``,
 ``num_warps=1``; reads each row once (V x 4 B fp32) in V dependent scalar steps;
 writes the token row (token or -1 pads) and the count. Same tokens as ``reference``
-on k = 0 requests; requests with drafts are refused (:mod:`replay_kernels.plain`).
+on k = 0 requests; requests with drafts are refused (:mod:`replay_kernels.draw.plain`).
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import triton
 import triton.language as tl
 
 from .draw import MODE_GREEDY, MODE_NONE
-from .launches import launch
+from ..shared.launches import launch
 from .plain import PlainSampler, PlainState
-from .rng import gumbel_noise
+from ..shared.rng import gumbel_noise
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """The filter passes of a few listed rows in one cooperative launch: the verify fallback's exact top-p cuts.
 
-:func:`replay_kernels.filters.launch_filters` runs a search as a sequence of launches: the stats pass, the
+:func:`replay_kernels.filters.filters.launch_filters` runs a search as a sequence of launches: the stats pass, the
 settle / setup steps, the search rounds (8 for top-p, a tie pass, up to 5 for the cut index): 19 launches for
 the verify fallback. In a CUDA graph every one of them runs on every step, each about 1 µs even when the
 fallback listed no row (most steps: a test the top-p bounds leave undecided is rare), about 23 µs a step on an
@@ -31,11 +31,11 @@ from .bound_rules import KEY_ROUNDS, WAYS
 from .filters import (ROUND_BLOCK, ROUND_WARPS, SEARCH_IDX, SEARCH_TOPK, SEARCH_TOPP, STEP_AFTER_STATS,
                       STEP_AFTER_TOPK, STEP_AFTER_TOPP, STEP_BEFORE_IDX, STEP_BEFORE_TOPP, STEP_FINAL, FilterScratch,
                       mass_span, round_span, stats_span, step_row)
-from .interpret import interpreting
-from . import one_launch
-from .launches import compiled_kernel, launch, pdl_wait
-from .one_launch import row_barrier
-from .partials import last_to_arrive
+from ..shared.interpret import interpreting
+from ..draw import one_launch
+from ..shared.launches import compiled_kernel, launch, pdl_wait
+from ..draw.one_launch import row_barrier
+from ..shared.partials import last_to_arrive
 
 LOOP_MAXNREG = None  # register cap of the loop (None: uncapped, 255 registers and 40 B of stack on sm_90, triton 3.6)
 

@@ -4,7 +4,7 @@ A stochastic verify accepts draft d at a row iff ``log p(d) > log u + log q(d)``
 softmax of the processed row: after top-p, ``p(d) = e_d / S_kept`` if d is kept, else 0
 (``e_j = exp(x_j - x_d)``, masses taken against the draft's own value, so ``e_d = 1``; ``S`` the sum of every
 ``e_j`` left by min-p).
-Searching the top-p cut of every verify row costs up to 23 passes over it (:mod:`replay_kernels.filters`).
+Searching the top-p cut of every verify row costs up to 23 passes over it (:mod:`replay_kernels.filters.filters`).
 One pass gives ``S``, ``Rb`` (the mass strictly before d in the ascending ``(value, token id)`` order
 the oracle sorts by) and ``X2`` (the largest value strictly before d), and with them:
 
@@ -30,7 +30,7 @@ its walk stops at that position, and :func:`launch_fallback` searches the exact 
 from there on (the filter passes over a row list filled on the device), after which one position launch
 verifies the pending requests again, from their pending positions, with the exact cuts. The draw rows of the
 top-p requests (bonus, placeholder or one-hot residual) are then drawn by sample-and-check
-(:mod:`replay_kernels.sample_check`):
+(:mod:`replay_kernels.draw.sample_check`):
 a drawn token the check finds outside the top-p set is drawn again above it.
 
 Why against ``x_d`` and not the row's max ``M``: a span's pass then needs no max first, so it reads the span once
@@ -54,9 +54,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .filter_loop import FilterLoop, launcher
-from .filters import FilterScratch, launch_filters
-from .launches import launch, pdl_wait
+from ..filters.filter_loop import FilterLoop, launcher
+from ..filters.filters import FilterScratch, launch_filters
+from ..shared.launches import launch, pdl_wait
 from .verify_stats import FAR_GAP, NEAR_GAP
 
 BOUND_TOL = tl.constexpr(1e-4)    # relative: the fp32 sums S and Rb (a bound of ~5e-6 at V = 248,320)
@@ -187,7 +187,7 @@ def launch_fallback(fb: Fallback, logits: torch.Tensor, cu: torch.Tensor, params
                     pend: torch.Tensor, loop: FilterLoop | None = None) -> None:
     """Device work: list the rows that need the exact cut and search it into ``fb.cut_val`` /
     ``fb.cut_idx`` (every other row gets a copy of its prepared cut): in one cooperative launch
-    (:mod:`replay_kernels.filter_loop`) when ``loop`` is given and a slot of it fits the device, else by the
+    (:mod:`replay_kernels.filters.filter_loop`) when ``loop`` is given and a slot of it fits the device, else by the
     launch sequence of ``filters.launch_filters`` (the same cuts)."""
     launch(_fallback_rows_kernel, (1,), cu, fb.row_req, params.check, walk, pend, params.cut_val, params.cut_idx,
            fb.rows, fb.filters.count, fb.cut_val, fb.cut_idx, fb.row_req.numel(), BLOCK=LIST_BLOCK, num_warps=4)

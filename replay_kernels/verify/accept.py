@@ -1,20 +1,20 @@
 """The accept test of one draft position of a verify, and the end of a request's walk (``stochastic``).
 
-Run by the last program of a request to arrive in a position launch, from the span stats of the position's row:
-greedy (the raw argmax against the draft), stochastic (``log p(d) > log u + log q(d)``, with the row's log-sum-exp
-or, for top-p rows without draft logits, the bounds of :mod:`replay_kernels.verify_bounds`). A rejection, a greedy
-mismatch or a placeholder ends the walk and fixes the draw plan (mode, row, slot; the rejected draft, the LSEs and,
-for bounded rows, the value above which every token is known kept); an undecided bounded test makes the request
-pending (the exact-cut fallback then verifies it again from that position).
+Run by the last program of a request to arrive in a position launch, from the span stats of the position's row: greedy
+(the raw argmax against the draft), stochastic (``log p(d) > log u + log q(d)``, with the row's log-sum-exp or, for
+top-p rows without draft logits, the bounds of :mod:`replay_kernels.verify.verify_bounds`). A rejection, a greedy
+mismatch or a placeholder ends the walk and fixes the draw plan (mode, row, slot; the rejected draft, the LSEs and, for
+bounded rows, the value above which every token is known kept); an undecided bounded test makes the request pending (the
+exact-cut fallback then verifies it again from that position).
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .draw import MODE_NONE, MODE_RESIDUAL, MODE_TARGET
-from .partials import block_argmax
-from .rng import accept_uniform
+from ..draw.draw import MODE_NONE, MODE_RESIDUAL, MODE_TARGET
+from ..shared.partials import block_argmax
+from ..shared.rng import accept_uniform
 from .verify_bounds import VERDICT_ACCEPT, VERDICT_REJECT, WALK_DONE, WALK_EXACT, WALK_PENDING, bounded_verdict
 from .verify_stats import bound_sums, global_lse, processed_at
 

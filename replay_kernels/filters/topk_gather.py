@@ -2,7 +2,7 @@
 
 A row with top-k (with or without top-p and min-p) keeps a subset of ``{x >= x_(k)}``, the values at or
 above its k-th largest. Four launches find that set and its bound without the 16-way search of
-:mod:`replay_kernels.filters`:
+:mod:`replay_kernels.filters.filters`:
 
 1. ``_block_max_kernel``, grid ``(F, SPLITS)``: the maxima of the row's blocks of ``span / 32`` lanes (256)
    (clean values: temperature applied, NaN read as -inf). One read of the row.
@@ -14,7 +14,7 @@ above its k-th largest. Four launches find that set and its bound without the 16
    to its row's candidate list (each such lane takes its slot with one ``atomic_add``; a span without any
    writes nothing). One read of the row. The slot order is the arrival order: the searches below count and
    add in fixed point, so nothing depends on it.
-4. ``_solve_kernel``, grid ``(F,)``: the searches of :mod:`replay_kernels.filters` (16-way rounds over the
+4. ``_solve_kernel``, grid ``(F,)``: the searches of :mod:`replay_kernels.filters.filters` (16-way rounds over the
    monotone int32 key), on the n candidates instead of the row: the k-th largest value ``x_(k)`` (top-k keeps
    every value ``>= x_(k)``, ties kept, all of them candidates; with ``n < k`` min-p left fewer than k values,
    ``L > L0``, and keeps the candidates, all of them); for top-p (``p < 1``) over that kept set, the sum-exp
@@ -31,7 +31,7 @@ above its k-th largest. Four launches find that set and its bound without the 16
 
 A row whose candidates do not fit (``n > GATHER_CAP``: many ties at the top, or many finite values in few
 blocks), of only -inf, or whose largest value is +inf is appended to the row list of
-:func:`replay_kernels.filters.launch_filters`, which searches its bound as before, when that list has rows of
+:func:`replay_kernels.filters.filters.launch_filters`, which searches its bound as before, when that list has rows of
 its own (its launches run every step, graph-static); when it has none, the filter passes are not launched and
 5. ``_row_solve_kernel``, grid ``(F,)``, solves those rows: the solve's searches over the whole row, one program
    a row (slow: about 20 reads of the row; every other program exits at once).
@@ -52,8 +52,8 @@ import triton.language as tl
 
 from .bound_rules import KEY_ROUNDS, WAYS, candidates, clean, float_key, key_to_float, min_p_bound, narrow, tie_drops
 from .candidate_draw import CandidateDraw, draw_candidates
-from .launches import launch
-from .rng import murmur3_row_key
+from ..shared.launches import launch
+from ..shared.rng import murmur3_row_key
 
 GATHER_CAP = 2048           # candidates a row, searched by one program (a power of two)
 GATHER_SPAN = 2048          # lanes a gather program reads (4 warps, 16 lanes a thread: per-lane atomics cost registers)

@@ -12,12 +12,12 @@ batch, greedy and stochastic requests mixed:
   Gumbel-max from the bonus row. Noise is ``gumbel_noise(seed, pos[row], token)``, computed in-kernel.
 * k = 0 is the bonus draw alone.
 
-Target rows go through ``apply_sampling_params`` on the fly (replay_kernels.params).
+Target rows go through ``apply_sampling_params`` on the fly (replay_kernels.filters.params).
 
 Kernels, grids and bytes (N rows, R requests, V vocabulary, 4 B per fp32 logit)
 --------------------------------------------------------------------------------
-0. the split-row filter passes of ``replay_kernels.filters`` (only rows of requests with min-p/top-k/top-p): 1 + a
-   bounded number of search passes per filtered row.
+0. the split-row filter passes of ``replay_kernels.filters.filters`` (only rows of requests with min-p/top-k/top-p):
+   1 + a bounded number of search passes per filtered row.
 1. ``_position_kernel`` grid ``(R, cdiv(NB, spans))`` (NB = cdiv(V, SPAN) spans a row, ``spans`` of them a program:
    POSITION_SPANS), launched once per draft position i = 0 .. max_k - 1 (once when no request has drafts): the
    programs of a request still verifying at position i read its row ``cu[r] + i`` once (and its draft-logits row
@@ -54,16 +54,16 @@ import triton
 import triton.language as tl
 
 from .accept import accept_test
-from .batch import ROUTE_CODE, KernelSampler, SamplingBatch
-from .draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
-from .partials import last_to_arrive
-from .filter_loop import FilterLoop
-from .filters import FILTER_SPAN
-from .launches import PDL_LATE, launch, pdl_wait, run_cooperative
-from . import open_rows
-from .one_launch import OneLaunchScratch
-from .sample_check import CheckScratch, launch_rounds, round_draw_scratch
-from .params import RowParams, host_batch, launch_params, prepare_params
+from ..batch import ROUTE_CODE, KernelSampler, SamplingBatch
+from ..draw.draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
+from ..shared.partials import last_to_arrive
+from ..filters.filter_loop import FilterLoop
+from ..filters.filters import FILTER_SPAN
+from ..shared.launches import PDL_LATE, launch, pdl_wait, run_cooperative
+from ..draw import open_rows
+from ..draw.one_launch import OneLaunchScratch
+from ..draw.sample_check import CheckScratch, launch_rounds, round_draw_scratch
+from ..filters.params import RowParams, host_batch, launch_params, prepare_params
 from .verify_bounds import WALK_OPEN, WALK_PENDING, Fallback, launch_fallback
 from .verify_stats import BOUND_MAXNREG, BOUND_PLANES, load_tile, processed_at, span_stats
 
@@ -234,8 +234,8 @@ class VerifyState:
     when some row is decided by bounds (``params.any_check``), else None; check / round_draw: sample-and-check of
     those rows' draws (its scratch, and its later draws split finer); open: the scratch of the open-row launch
     (``open_rows.launcher``; None: the rounds and the finish loop); fallback_loop: the fallback's filter passes in
-    one cooperative launch (:mod:`replay_kernels.filter_loop`; None: the launch sequence);
-    launches: the launch sequence, recorded on the first launch (:mod:`replay_kernels.launches`).
+    one cooperative launch (:mod:`replay_kernels.filters.filter_loop`; None: the launch sequence);
+    launches: the launch sequence, recorded on the first launch (:mod:`replay_kernels.shared.launches`).
     """
 
     logits: torch.Tensor
@@ -282,7 +282,7 @@ class VerifyState:
 
 class StochasticSampler(KernelSampler):
     """MRV2 verify (greedy and stochastic per request) + plain sample, all in Triton. ``open_rows``: as for the plain
-    samplers (:class:`replay_kernels.plain.PlainSampler`), each checked request counted as open with chance
+    samplers (:class:`replay_kernels.draw.plain.PlainSampler`), each checked request counted as open with chance
     VERIFY_MISS (measured: a residual draw misses its top-p set with a chance 1 - p does not bound).
     ``fallback_loop``: the exact-cut fallback's filter passes in one cooperative launch (False: the launch sequence;
     the same cuts). ``program_spans``: spans a position program takes (None: POSITION_SPANS)."""
@@ -401,7 +401,7 @@ class StochasticSampler(KernelSampler):
             if s.tokens.shape[1] > 1:
                 self._positions(s, draft, d_stride, *cut, exact=True)
         self._draw(s, draft, d_stride, s.mode, *cut, s.draw)
-        if s.check is not None:  # top-p draw rows: sample-and-check (replay_kernels/sample_check.py)
+        if s.check is not None:  # top-p draw rows: sample-and-check (replay_kernels/draw/sample_check.py)
             def draw_open(mode, cut_val, cut_idx, rows):
                 self._draw(s, draft, d_stride, mode, cut_val, cut_idx, s.round_draw, rows)
 

@@ -4,8 +4,8 @@ A verify row is read in spans of ``SPAN`` elements (whole tiles of ``BLOCK``), o
 the raw max and its left-most index for greedy rows; for stochastic rows the processed max and sum of
 exp(x - max) (and the same for the draft-logits row / temperature), and for rows decided by top-p bounds
 the mass and largest value strictly before the draft and two level masses, against the draft's value
-(:func:`span_bounds`, one pass over the span; replay_kernels/verify_bounds.py). The terms' exp is ``ex2.exp_terms``
-(two instructions instead of five; the same sums).
+(:func:`span_bounds`, one pass over the span; replay_kernels/verify/verify_bounds.py). The terms' exp is
+``ex2.exp_terms`` (two instructions instead of five; the same sums).
 The accept tests add the spans in span order (``partials.block_max``, :func:`spans_sum` and :func:`bound_sums`, in
 :func:`global_lse` and ``verify_bounds.bounded_verdict``), so a row's sums depend on SPAN and BLOCK only,
 never on the batch or on how the launches are laid out.
@@ -20,10 +20,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .ex2 import LOG2E, exp2_terms, exp_terms
-from .partials import block_max
-from .bound_rules import keep_mask
-from .params import process_loaded
+from ..shared.ex2 import LOG2E, exp2_terms, exp_terms
+from ..shared.partials import block_max
+from ..filters.bound_rules import keep_mask
+from ..filters.params import process_loaded
 
 # A bounded row's levels: its draft's value x_d minus NEAR_GAP and FAR_GAP; the mass at or above each bounds the first
 # kept token's mass (verify_bounds.first_kept_bound). Two levels decide on the benchmark's rows as many tests as
@@ -193,7 +193,7 @@ def span_stats(row_base, draft_base, lo, hi, first, greedy, bounded, d, xd, t, c
     (greedy), or processed max + sum-exp and the same for the draft row / temperature (stochastic);
     ``bounded`` rows also, at ``sbound + plane * bstride + out``: the mass (PLANE_RB) and the largest value
     (PLANE_X2) strictly before the draft ``d``, the masses at or above ``x_d - NEAR_GAP`` and ``x_d - FAR_GAP``
-    (replay_kernels/verify_bounds.py; a compile-time ``False`` leaves that path out; steps with draft logits
+    (replay_kernels/verify/verify_bounds.py; a compile-time ``False`` leaves that path out; steps with draft logits
     have no bounded row: ``prepare_params(check=draft is None)``, so a bounded row writes no draft stats).
     ``FIRST``: ``first`` is the span's first tile of BLOCK lanes, loaded by the caller together with the draft token
     (a launch without bounds; the same values as loading it here, one dependent round trip earlier).

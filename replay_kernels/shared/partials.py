@@ -12,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .params import process_loaded
+from ..filters.params import process_loaded
 from .rng import better
 
 
