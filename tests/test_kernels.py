@@ -234,6 +234,23 @@ def test_stochastic_all_k0_and_all_greedy():
     compare(greedy, StochasticSampler(stats_block=128).sample(greedy), ReferenceSampler().sample(greedy))
 
 
+@pytest.mark.parametrize("filters", [False, True])
+def test_stochastic_on_a_draft_free_batch_runs_the_plain_sampler_s_launches(filters):
+    """A batch where no request has drafts is a plain sample: stochastic prepares the plain sampler's state (no
+    position launch) and emits its tokens, which are the reference's; one drafted request keeps the verify path."""
+    from replay_kernels.draw.plain import PlainState
+
+    plain = synthetic_step(32, 700, 5, 0, ks=[0] * 5, filters=filters)
+    state = StochasticSampler().prepare(plain)
+    assert isinstance(state, PlainState)
+    got = StochasticSampler().sample(plain)
+    compare(plain, got, ReferenceSampler().sample(plain))
+    assert torch.equal(got.tokens, GumbelMaxSampler().sample(plain).tokens)
+    drafted = synthetic_step(33, 700, 5, 2, ks=[0, 0, 1, 0, 0], filters=filters)
+    assert not isinstance(StochasticSampler().prepare(drafted), PlainState)
+    compare(drafted, StochasticSampler().sample(drafted), ReferenceSampler().sample(drafted))
+
+
 @pytest.mark.parametrize("seed", [150, 151])  # with and without draft logits
 def test_stochastic_fused_and_per_position_launches_agree(seed):
     """Few requests verify every position in one launch (``fused_below``), more in one launch per position:

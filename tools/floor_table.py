@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synthetic-steps", type=int, default=8, help="SYNTHETIC seeds a shape (0: skip part 2)")
     ap.add_argument("--vocab", type=int, default=248_320)
     ap.add_argument("--peers-dir", default=str(REPO / ".peers"))
+    ap.add_argument("--cases", default=None, help="comma list of substrings: the SYNTHETIC cases to run (default all)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke: V 4096, R <= 4, 2 seeds, no peers")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         args.vocab, args.synthetic_steps, args.peer = 4096, min(args.synthetic_steps, 2), ""
         shapes = {name.replace("R=256", "R=4").replace("R=64", "R=2"): (min(R, 4 if R > 64 else 2), k, tp, c)
                   for name, (R, k, tp, c) in shapes.items()}
+    if args.cases:
+        shapes = {n: v for n, v in shapes.items() if any(c in n for c in args.cases.split(","))}
     bw = copy_bandwidth(cuda, 2.0 if cuda else 0.0)["gbps"]
     peers = Peers().load(args.peers_dir, cuda=cuda, skip=args.tiny)
     res = dict(device=torch.cuda.get_device_name() if cuda else "cpu (TRITON_INTERPRET)", copy_gbs=bw,

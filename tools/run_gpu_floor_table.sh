@@ -8,7 +8,8 @@
 # 3. python3 tools/floor_table.py on them (`replay bench`'s timing vs vLLM MRV2, the same steps in CUDA graphs)
 #    and on FT_SYNTH SYNTHETIC fp32 steps a shape (graphs, the peers in the same loop; stochastic eager R = 1).
 # Output under $OUT: floor.txt (the table), floor.json, synth.txt. Environment: FT_DIR [/tmp/ft], FT_STEPS [8],
-# FT_SYNTH [8], FT_REPEATS [20], FT_JOBS [8], FT_SHAPES, FT_PEER [vllm-mrv2].
+# FT_SYNTH [8], FT_REPEATS [20], FT_JOBS [8], FT_SHAPES, FT_PEER [vllm-mrv2],
+# FT_CASES (floor_table.py --cases: the SYNTHETIC cases to run; default all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/floor_out}"; mkdir -p "$OUT"
@@ -36,6 +37,7 @@ smol:fixtures/real-mixed:256:4 smol:fixtures/real-mixed:64:0 smol:fixtures/real-
   for spec in $SHAPES; do IFS=: read -r name path b k <<<"$spec"; recs+=("$DIR/$name-R${b}k$k"); done
   echo "== $(date -u +%T) derived: $(du -sh "$DIR" | cut -f1) in $(( $(date +%s) - t0 )) s"
   timeout 470 python3 tools/floor_table.py --derived "${recs[@]}" --peer "${FT_PEER-vllm-mrv2}" \
-    --repeats "${FT_REPEATS:-20}" --synthetic-steps "${FT_SYNTH:-8}" --out "$OUT/floor.json"
+    --repeats "${FT_REPEATS:-20}" --synthetic-steps "${FT_SYNTH:-8}" ${FT_CASES:+--cases "$FT_CASES"} \
+    --out "$OUT/floor.json"
   echo "== $(date -u +%T) exit $?"
 } 2>&1 | tee "$OUT/floor.txt"

@@ -10,7 +10,8 @@ batch, greedy and stochastic requests mixed:
   ``u = accept_uniform(seed, pos)`` and ``log q = 0`` without draft logits; a placeholder ends verification. On
   rejection, Gumbel-max from the residual ``max(p - q, 0)`` (one-hot: p with d removed); after all accepted,
   Gumbel-max from the bonus row. Noise is ``gumbel_noise(seed, pos[row], token)``, computed in-kernel.
-* k = 0 is the bonus draw alone.
+* k = 0 is the bonus draw alone. A batch where no request has drafts is a plain sample: the plain sampler's
+  state and launches (draw/gumbel_max.py), the same tokens without the position launch.
 
 Target rows go through ``apply_sampling_params`` on the fly (replay_kernels.filters.params).
 
@@ -37,13 +38,7 @@ Kernels, grids and bytes (N rows, R requests, V vocabulary, 4 B per fp32 logit)
 Bytes: only the rows the walk reaches are read. A request that stops at draft position j reads j + 1 verify rows
 (the rows after a rejection are never needed) and its draw row: at acceptance rate a per draft, 1 + a + ... +
 a^(k-1) verify rows instead of k (at a = 0.7, k = 4: 2.5 of 4). When every draft is accepted that is one pass over
-the logits (N V x 4 B), in max_k + 1 launches (+ the filter passes).
-
-API::
-
-    state = StochasticSampler().prepare(batch)  # host work, preallocated device buffers (batch: batch.SamplingBatch)
-    tokens, counts = StochasticSampler().launch(state)  # device only, no host sync, graph-capturable
-    result = StochasticSampler().sample(batch)  # prepare + launch -> Sampled (tokens, counts, routes, notes)
+the logits (N V x 4 B), in max_k + 1 launches (+ the filter passes). API: :class:`replay_kernels.batch.KernelSampler`.
 """
 from __future__ import annotations
 
@@ -61,6 +56,7 @@ from ..filters.filter_loop import FilterLoop
 from ..filters.filters import FILTER_SPAN
 from ..shared.launches import PDL_LATE, launch, pdl_wait, run_cooperative
 from ..draw import open_rows
+from ..draw.gumbel_max import GumbelMaxSampler, PlainState
 from ..draw.one_launch import OneLaunchScratch
 from ..draw.sample_check import CheckScratch, launch_rounds, round_draw_scratch
 from ..filters.params import RowParams, host_batch, launch_params, prepare_params
@@ -309,17 +305,19 @@ class StochasticSampler(KernelSampler):
         self.draw_block = draw_block
         self.programs = programs
         self.filter_span = filter_span
+        self.plain = GumbelMaxSampler(block=draw_block, programs=programs, filter_span=filter_span, open_rows=open_rows)
 
-    def prepare(self, batch) -> VerifyState:
+    def prepare(self, batch) -> VerifyState | PlainState:
         """Host work: expand parameters to rows, index maps, preallocated scratch and outputs.
 
-        Returns a :class:`VerifyState`; nothing in it changes between launches
-        except the scratch and output buffers, so ``launch`` can be replayed in a CUDA graph.
-        """
+        Returns a :class:`VerifyState` (a :class:`PlainState` of :attr:`plain` when no request has drafts); only
+        its scratch and outputs change between launches, so ``launch`` can be replayed in a CUDA graph."""
         batch = SamplingBatch.of(batch)
+        host = host_batch(batch)
+        if host.max_drafts == 0:  # a plain sample: the plain sampler's launches, no position launch
+            return self.plain.prepare(batch)
         logits = batch.logits if batch.logits.stride(1) == 1 else batch.logits.contiguous()
         device = logits.device
-        host = host_batch(batch)
         n, v = logits.shape
         r = batch.num_requests
         i32 = dict(dtype=torch.int32, device=device)
@@ -383,6 +381,8 @@ class StochasticSampler(KernelSampler):
         tokens [R, max_k+1] int64 (-1 padded) and counts [R] int32 are the
         state's preallocated buffers, overwritten by each launch.
         """
+        if isinstance(s, PlainState):
+            return self.plain.launch(s)
         if s.tokens.shape[0]:
             run_cooperative(s, lambda: self._launch_all(s), ("open", "fallback_loop"))
         return s.tokens, s.counts
