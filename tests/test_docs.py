@@ -119,3 +119,20 @@ def test_every_link_and_bench_path_resolves():
         missing += [f"{rel}: {t.relative_to(REPO) if t.is_relative_to(REPO) else t}" for t in targets
                     if not t.exists()]
     assert not missing, "\n".join(missing)
+
+
+def test_every_file_under_docs_bench_is_pointed_at():
+    """docs/bench/ keeps only the raw data the current docs cite: every file there is linked or named by path,
+    itself or through a folder of docs/bench/ that a doc links (issue 57: old runs live in git history)."""
+    bench = REPO / "docs" / "bench"
+    cited: set[Path] = set()
+    for p in scanned_files():
+        if p.is_relative_to(bench):
+            continue
+        text = p.read_text(encoding="utf-8", errors="replace")
+        links = [(p.parent / t) for t in LINK.findall(text) if p.suffix == ".md" and "://" not in t]
+        cited |= {t.resolve() for t in links + [REPO / t for t in BENCH_PATH.findall(text)]}
+    cited.discard(bench.resolve())  # a link to docs/bench/ itself cites no run
+    orphans = [f.relative_to(REPO).as_posix() for f in sorted(bench.rglob("*")) if f.is_file()
+               and not any(c == f or c in f.parents for c in cited)]
+    assert not orphans, "files under docs/bench/ no doc points at (delete them; git keeps them):\n" + "\n".join(orphans)
