@@ -228,3 +228,23 @@ def test_bench_refuses_ranks_that_share_a_gpu(monkeypatch):
     monkeypatch.setattr(distributed, "run_sharded", fake_run_sharded)
     assert bench_shard.bench_units([], lambda dev: [], torch.device("cuda"), repeats=1, warmup=0) is None
     assert "ranks sharing a GPU" in str(seen["error"]) and seen["error"].exit_code == 2
+
+
+@pytest.mark.parametrize("env,gpus,want", [
+    ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, 2, "nccl"),   # torchrun, one rank a GPU
+    ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"}, 1, "gloo"),   # four readers on a one-GPU host
+    ({"LOCAL_RANK": "5"}, 8, "nccl"),                             # no LOCAL_WORLD_SIZE: a GPU each, not WORLD_SIZE
+])
+def test_the_backend_follows_the_ranks_per_gpu_of_this_host(monkeypatch, env, gpus, want):
+    import torch
+    import torch.distributed as dist
+
+    from replay_harness.compare import distributed
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    for key, value in {"RANK": "9", "WORLD_SIZE": "16", **env}.items():  # 16 ranks over hosts of `gpus` GPUs
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    assert distributed.backend_for(distributed.this_shard()) == want

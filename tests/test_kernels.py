@@ -9,6 +9,7 @@ The only tolerated differences are floating-point near-ties
 (``replay_harness.oracle.near_tie.is_near_tie``); each comparison asserts at most
 ``MAX_NEAR_TIES`` of them per test (0 expected under the interpreter).
 """
+import dataclasses
 import math
 import os
 
@@ -246,6 +247,9 @@ def test_stochastic_on_a_draft_free_batch_runs_the_plain_sampler_s_launches(filt
     got = StochasticSampler().sample(plain)
     compare(plain, got, ReferenceSampler().sample(plain))
     assert torch.equal(got.tokens, GumbelMaxSampler().sample(plain).tokens)
+    stray = dataclasses.replace(plain, draft_logits=torch.zeros(3, 700))  # draft logits without drafts: refused
+    with pytest.raises(ValueError, match="draft_logits has 3 rows"):
+        StochasticSampler().prepare(stray)
     drafted = synthetic_step(33, 700, 5, 2, ks=[0, 0, 1, 0, 0], filters=filters)
     assert not isinstance(StochasticSampler().prepare(drafted), PlainState)
     compare(drafted, StochasticSampler().sample(drafted), ReferenceSampler().sample(drafted))

@@ -62,7 +62,11 @@ def derived(paths: list[str], peer: str | None, device: torch.device, bw_gbs: fl
         sides = [Side("A", "stochastic", load_impl("stochastic", device, None, None))]
         if peer:
             sides.append(Side("B", peer, load_impl(peer, device, None, None)))
-        result = run_bench([rec], sides, device, repeats=repeats, warmup=3)
+        try:
+            result = run_bench([rec], sides, device, repeats=repeats, warmup=3)
+        finally:
+            for side in sides:
+                side.impl.close()
         ours = {m.step: m for m in result.measurements if m.side == "A" and m.group == "all"}
         theirs = {m.step: m for m in result.measurements if m.side == "B" and m.group == "all"}
         impl = get_impl("stochastic")

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.exit(2, f"probe_write_back: --mib: expected integers, got {args.mib!r}\n")
     if set(variants) - set(VARIANTS) or min(sizes) < 1 or args.files < 1 or args.rounds < 1:
         ap.exit(2, "probe_write_back: bad option\n")
-    root = Path(args.dir or tempfile.mkdtemp(prefix="probe-write-"))
+    made = None if args.dir else tempfile.mkdtemp(prefix="probe-write-")
+    root = Path(args.dir or made)
     folder = root / "probe-write-back"
     folder.mkdir(parents=True, exist_ok=True)
     results: dict = {}
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                     for f in folder.iterdir():
                         f.unlink()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(made or folder, ignore_errors=True)
     print(f"{'MiB':>5} {'variant':<10} {'median MB/s':>11} {'min':>6} {'max':>6}  ms per file (first round)")
     for key, row in results.items():
         mib, variant = key.split("/")

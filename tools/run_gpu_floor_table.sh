@@ -39,5 +39,5 @@ smol:fixtures/real-mixed:256:4 smol:fixtures/real-mixed:64:0 smol:fixtures/real-
   timeout 470 python3 tools/floor_table.py --derived "${recs[@]}" --peer "${FT_PEER-vllm-mrv2}" \
     --repeats "${FT_REPEATS:-20}" --synthetic-steps "${FT_SYNTH:-8}" ${FT_CASES:+--cases "$FT_CASES"} \
     --out "$OUT/floor.json"
-  echo "== $(date -u +%T) exit $?"
+  rc=$?; echo "== $(date -u +%T) exit $rc"
 } 2>&1 | tee "$OUT/floor.txt"

@@ -226,7 +226,7 @@ def judge(sides: list, coverage: dict[str, SideCoverage], measurements: list,
     6. nothing was measured (no steps).
 
     ``sides`` are :class:`replay_harness.bench.ab.Side`, ``measurements`` its ``Measurement`` (only
-    ``clock``, ``timed`` and ``device_busy`` are read).
+    ``clock``, ``timed``, ``device_busy``, ``side`` and ``label`` are read).
     """
     reasons, notes = [], []
     labels = {s.key: s.label for s in sides}
@@ -287,11 +287,11 @@ def judge(sides: list, coverage: dict[str, SideCoverage], measurements: list,
     if any(m.clock == "cpu-wall" and m.timed == "launch" for m in measurements) and device.type != "cuda":
         notes.append("CPU timing: Triton kernels ran under the interpreter (TRITON_INTERPRET=1); the times are "
                      "not representative of a GPU")
-    behind: dict[str, float] = {}  # per side label: the smallest fraction of its calls the host enqueued ahead
+    behind: dict[tuple[str, str], float] = {}  # per side: the smallest fraction of its calls enqueued ahead
     for m in measurements:
         if m.device_busy is not None:
-            behind[m.label] = min(behind.get(m.label, 1.0), m.device_busy)
-    for label, ahead in behind.items():
+            behind[m.side, m.label] = min(behind.get((m.side, m.label), 1.0), m.device_busy)
+    for (_, label), ahead in behind.items():
         if ahead < 0.5:
             notes.append(f"{label}: the host enqueued only {ahead:.0%} of its calls ahead of the device on some step "
                          "(a host sync inside the call, or a launch slower than the sleep before it): host time is "

@@ -181,12 +181,13 @@ def _time_cuda(run: dict[str, Call], repeats: int, flush: Callable[[], None] | N
             run[key]()
             end.record()
             events[key].append((start, end))
-            ahead[key].append(sleeper is not None and time.perf_counter() - t0 < sleep_s)
+            ahead[key].append(time.perf_counter() - t0 < sleep_s)
     torch.cuda.synchronize()
     times = {k: [s.elapsed_time(e) * 1e3 for s, e in events[k]] for k in keys}
     # the fraction of a side's timed calls the host enqueued whole within the sleep before them: 1.0 = every
-    # timing is device time (a call that syncs the host inside, or outran its sleep, counts as not ahead)
-    return times, {k: sum(v) / len(v) if v else None for k, v in ahead.items()}
+    # timing is device time (a call that syncs the host inside, or outran its sleep, counts as not ahead);
+    # None without a sleep kernel (nothing kept the device busy: unknown)
+    return times, {k: sum(v) / len(v) if v and sleeper is not None else None for k, v in ahead.items()}
 
 
 # -- per-mode timing (the kernel benchmark) ----------------------------------------------------------------

@@ -7,7 +7,7 @@ and joins one process group (NCCL on CUDA, gloo on the CPU). A host may start mo
 group is gloo (NCCL refuses two ranks on one GPU); ``bench`` refuses that, its timings would interfere
 (docs/SCALE.md). The work units are the (recording, step) pairs; every
 rank computes the same assignment (:func:`assign`: longest processing time first on the step files'
-sizes), replays its own units on ``cuda:LOCAL_RANK`` (or the CPU) and sends its per-step comparisons
+sizes), replays its own units on its GPU (:meth:`Shard.gpu`; or the CPU) and sends its per-step comparisons
 (or its first error) to rank 0 with ``gather_object``, together with the step digests it remembered
 while reading (recording/digest.py), so rank 0's digest check hashes only the steps no rank read.
 Rank 0 merges them in (recording, step) order, so its report, JSON and exit code are those of a
@@ -171,6 +171,24 @@ class RankError(ReplayError):
         self.exit_code = exit_code
 
 
+def this_shard() -> Shard:
+    """This process's Shard from the launcher's environment. Without ``LOCAL_WORLD_SIZE`` (a launcher other than
+    torchrun) the host's ranks are taken to have a GPU each: ranks share GPUs only where the launcher says how
+    many there are."""
+    return Shard(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)),
+                 int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+
+
+def backend_for(shard: Shard) -> str:
+    """NCCL when CUDA is there and each local rank has its own GPU, else gloo. Every host decides alone: start the
+    same number of ranks per GPU on every host (torchrun's ``--nproc-per-node`` on like hosts), or the hosts'
+    backends differ and joining the group fails with exit 3."""
+    import torch
+    import torch.distributed as dist
+
+    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() and not shard.shares_gpu else "gloo"
+
+
 def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
     """Run ``body(shard)`` on every rank; rank 0 gets the list of every rank's value (rank order), the
     other ranks None. An error in any rank is raised on rank 0 (the one of the earliest unit)."""
@@ -179,13 +197,10 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
 
     from replay_harness.recording import digest as registry
 
-    world = int(os.environ["WORLD_SIZE"])
-    shard = Shard(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
-                  int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    shard = this_shard()
     marks = [("start-up", time.perf_counter())]
     seconds = timeout_s()
-    nccl = torch.cuda.is_available() and dist.is_nccl_available() and not shard.shares_gpu
-    backend = "nccl" if nccl else "gloo"
+    backend = backend_for(shard)
     try:
         if torch.cuda.is_available():
             torch.cuda.set_device(shard.gpu())

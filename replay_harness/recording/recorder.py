@@ -151,8 +151,10 @@ class Recorder:
     @property
     def write_stats(self) -> dict[str, Any]:
         """What the writer did so far: steps, bytes and seconds spent in the write path (check + write + fsync;
-        async: on the writer thread). ``bytes / seconds`` is the writer's throughput (manifest ``write_stats``)."""
-        return dict(self._writer.write_stats)
+        async: on the writer thread), and those seconds by phase (``phases``). ``bytes / seconds`` is the writer's
+        throughput (manifest ``write_stats``). A copy: the writer thread goes on adding to its own."""
+        stats = self._writer.write_stats
+        return {**stats, "phases": dict(stats["phases"])}
 
     @property
     def dropped(self) -> int:

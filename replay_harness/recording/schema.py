@@ -63,7 +63,7 @@ OPTIONAL_MANIFEST_KEYS = (
     ManifestKey("dropped_steps", "count"),  # steps an asynchronous writer skipped, queue full; absent: 0
     ManifestKey("digest_algorithm", "algorithm"),  # "sha256" (absent) or "xxh3-128"
     ManifestKey("expected_tokens", "expected"),  # "reference": emitted_* hold the reference's tokens (synth)
-    ManifestKey("write_stats", "object"),  # what the writer did: steps, bytes, seconds, MBps (informative)
+    ManifestKey("write_stats", "object"),  # what the writer did: steps, bytes, seconds, MBps, phases (informative)
 )
 
 

@@ -314,8 +314,8 @@ class StochasticSampler(KernelSampler):
         its scratch and outputs change between launches, so ``launch`` can be replayed in a CUDA graph."""
         batch = SamplingBatch.of(batch)
         host = host_batch(batch)
-        if host.max_drafts == 0:  # a plain sample: the plain sampler's launches, no position launch
-            return self.plain.prepare(batch)
+        if host.max_drafts == 0 and (batch.draft_logits is None or not batch.draft_logits.shape[0]):
+            return self.plain.prepare(batch)  # a plain sample: the plain sampler's launches, no position launch
         logits = batch.logits if batch.logits.stride(1) == 1 else batch.logits.contiguous()
         device = logits.device
         n, v = logits.shape
