@@ -8,6 +8,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
@@ -94,3 +95,41 @@ def test_adapter_turns_a_step_into_the_kernels_batch():
     assert impl.launchable and impl.rng_contract == "mrv2"
     result = impl.sample(step)
     assert type(result).__name__ == "SampleResult" and result.tokens.shape == (6, step.max_drafts + 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [0, 3])  # a plain sample (the plain sampler's launches) and a verify with top-p
+def test_a_prepared_call_captured_in_a_cuda_graph_reads_the_logits_written_in_place(k):
+    """``Prepared.launch()`` captured once in a CUDA graph: each replay samples the logits the engine wrote into
+    the same tensor since, and gives what a fresh eager call gives on them (tokens and counts)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from replay_kernels import api
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    r, v, cuda = 6, 50_000, dict(device="cuda")
+    n = r * (k + 1)
+    logits = torch.randn(n, v, generator=gen, **cuda) * 3
+    cu = torch.arange(0, n + 1, k + 1, dtype=torch.int32, **cuda)
+    drafts = torch.randint(0, v, (n,), generator=gen, dtype=torch.int32, **cuda)
+    drafts[k::k + 1] = -1
+    pos = torch.arange(n, dtype=torch.int64, **cuda) + 100
+    temp = torch.ones(r, **cuda)
+    temp[0] = 0.0
+    seed = torch.arange(r, dtype=torch.int64, **cuda) + 7
+    top_p = torch.full((r,), 0.9, **cuda)
+    prepared = api.prepare_rejection_sample(logits, drafts, cu, pos, temp, seed, top_p=top_p)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the first launch records the sequence and compiles: outside the capture
+        prepared.launch()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tokens, counts = prepared.launch()
+    for _ in range(3):
+        logits.copy_(torch.randn(n, v, generator=gen, **cuda) * 3)
+        graph.replay()
+        want_tokens, want_counts = api.rejection_sample(logits.clone(), drafts, cu, pos, temp, seed, top_p=top_p)
+        torch.cuda.synchronize()
+        assert torch.equal(tokens, want_tokens) and torch.equal(counts, want_counts)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU correctness checks and verify/run timings on the lent H200, from the repo root, in one call:
 #   run(command="bash tools/run_gpu_checks.sh", timeout_s=600)
-# The Triton kernel tests (-m gpu), `replay run` of every committed fixture through `stochastic` on CUDA,
+# The Triton kernel tests, the public entry points captured in a CUDA graph and the bench clock (-m gpu), `replay run` of every committed fixture through `stochastic` on CUDA,
 # the founding-case routing violation, `replay verify` wall-clock on CUDA, and a bench of the real
 # draft-model fixture (V = 151,936 with draft logits). Output: $OUT/log.txt; each command is printed
 # with its exit code and the one expected. SKIP_IMPL_TESTS=1 skips tests/test_impls.py (about 45 s),
@@ -26,7 +26,7 @@ replay() { python3 -m replay_harness.cli "$@"; }
   echo "== $(date -u +%FT%TZ) $(hostname)"
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "gpu", torch.cuda.get_device_name(0))'
   if python3 -c 'import pytest' 2>/dev/null; then
-    [ -n "${SKIP_KERNEL_TESTS:-}" ] || check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py
+    [ -n "${SKIP_KERNEL_TESTS:-}" ] || check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py tests/test_kernels_api.py tests/test_bench.py
     [ -n "${SKIP_IMPL_TESTS:-}" ] || check 0 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_impls.py
   else echo "== pytest missing: GPU kernel tests skipped"; fi
   check 0 replay run fixtures/*/ replay_harness/conformance/vectors/ --impl stochastic --against reference --device cuda
