@@ -9,7 +9,8 @@ CPU smoke (TRITON_INTERPRET=1, tiny shapes, no graphs, no peers):
 1. Derived steps (real rows tiled to V by `replay synth`): every step of each recording through `replay bench`'s
    own timing (replay_harness.bench.ab.run_bench: CUDA events, inputs rotated past 2 x L2, interleaved with the
    peer, each call behind its own sleep), ``stochastic`` against ``--peer``; then the same steps' launches in a
-   CUDA graph (bench.timing.time_graph, warm L2: the kernel benchmark's clock). Per recording: the median and
+   CUDA graph (bench.timing.time_graph, warm L2: the kernel benchmark's clock; and with the L2 evicted before
+   each launch, as `replay bench` has it: a step smaller than the L2 is read from it by a warm graph). Per recording: the median and
    the worst step of bench / floor, graph / floor, bench / graph and ours / peer.
 2. SYNTHETIC fp32 steps (bench.kernels.cases.Inputs, ``--synthetic-steps`` seeds a shape), CUDA graphs, the
    peers in the same loop: plain R = 256 (best of our impls / floor and / fastest peer), verify k = 4 R = 256
@@ -48,9 +49,10 @@ def med_worst(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "worst": max(xs), "steps": len(xs)} if xs else {}
 
 
-def graph_us(fn, cuda: bool) -> float | None:
-    """The kernel benchmark's clock: launches captured in one CUDA graph, µs per launch (None on the CPU)."""
-    return time_graph(fn, 16, 40.0)[0] if cuda else None
+def graph_us(fn, cuda: bool, cold: bool = False) -> float | None:
+    """The kernel benchmark's clock: launches captured in one CUDA graph, µs per launch (None on the CPU); warm
+    L2, or ``cold`` (2 x L2 read before each launch, its time taken off: bench.timing.time_graph)."""
+    return time_graph(fn, 16, 40.0, cold=cold)[0] if cuda else None
 
 
 def derived(paths: list[str], peer: str | None, device: torch.device, bw_gbs: float, repeats: int) -> list[dict]:
@@ -76,8 +78,10 @@ def derived(paths: list[str], peer: str | None, device: torch.device, bw_gbs: fl
             step = rec[i].step.to(device)
             state = impl.prepare(step)
             g = graph_us(lambda st=state: impl.launch(st), cuda)
+            g_cold = graph_us(lambda st=state: impl.launch(st), cuda, cold=True)
             floor = m.bytes / (bw_gbs * 1e3)
             rows.append(dict(step=i, bytes=m.bytes, floor_us=floor, bench_us=m.median_us, graph_us=g,
+                             graph_cold_us=g_cold,
                              peer_us=theirs[i].median_us if i in theirs else None,
                              ahead=m.device_busy))
             del state, step
@@ -89,6 +93,7 @@ def derived(paths: list[str], peer: str | None, device: torch.device, bw_gbs: fl
         if cuda:
             summary["graph_over_floor"] = med_worst([r["graph_us"] / r["floor_us"] for r in rows])
             summary["bench_over_graph"] = med_worst([r["bench_us"] / r["graph_us"] for r in rows])
+            summary["bench_over_cold_graph"] = med_worst([r["bench_us"] / r["graph_cold_us"] for r in rows])
         if peer and all(r["peer_us"] for r in rows):
             summary["ours_over_peer"] = med_worst([r["bench_us"] / r["peer_us"] for r in rows])
         out.append(summary)
@@ -146,13 +151,15 @@ def print_table(res: dict) -> None:
         return f"{d['median']:{fmt}} (worst {d['worst']:{fmt}}, {d['steps']} steps)" if d else "-"
 
     print(f"copy bandwidth {res['copy_gbs']:.0f} GB/s; device {res['device']}")
-    print("| derived recording | shape | bench / floor | graph / floor | bench / graph | ours / peer |")
-    print("|---|---|---|---|---|---|")
+    print("| derived recording | shape | bench / floor | graph / floor | bench / graph | bench / cold-L2 graph "
+          "| ours / peer |")
+    print("|---|---|---|---|---|---|---|")
     for d in res["derived"]:
         s = d["shape"]
         print(f"| {Path(d['recording']).name} | R={s['R']} rows={s['rows']} V={s['V']} {s['dtype']} | "
               f"{mw(d['bench_over_floor'])} | {mw(d.get('graph_over_floor', {}))} | "
-              f"{mw(d.get('bench_over_graph', {}))} | {mw(d.get('ours_over_peer', {}))} ({d['peer']}) |")
+              f"{mw(d.get('bench_over_graph', {}))} | {mw(d.get('bench_over_cold_graph', {}))} | "
+              f"{mw(d.get('ours_over_peer', {}))} ({d['peer']}) |")
     print("| SYNTHETIC fp32 case | clock | ours µs | ours / floor | ours / fastest peer |")
     print("|---|---|---|---|---|")
     for name, r in res["synthetic"].items():
