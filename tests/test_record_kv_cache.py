@@ -74,7 +74,7 @@ def lm(request, tmp_path_factory):
 
 
 def _requests(lm, temperatures=(0.0, 1.0)):
-    from replay_harness.record.model import Request, SamplingParams
+    from replay_harness.record.decode import Request, SamplingParams
 
     return [Request(i, p, lm.encode(p), SamplingParams(t, seed=11 + i))
             for i, (p, t) in enumerate(zip(PROMPTS, temperatures))]
@@ -82,7 +82,7 @@ def _requests(lm, temperatures=(0.0, 1.0)):
 
 def _decode(lm, drafter, kv_cache: bool, steps: int, reqs, check=None):
     """[(step, result)] of ``steps`` decode steps of ``reqs``, and the stats; ``check(reqs)`` after each step."""
-    from replay_harness.record.model import decode
+    from replay_harness.record.decode import decode
 
     seen = []
 

@@ -134,10 +134,10 @@ def test_default_model_without_its_package_names_the_pip_line_and_the_hub_repo(m
     import dataclasses
 
     from replay_harness.errors import EnvironmentProblem
-    from replay_harness.record import model
+    from replay_harness.record import model, weights
 
-    spec = model.PACKAGED["smollm2-135m"]
-    monkeypatch.setitem(model.PACKAGED, "smollm2-135m", dataclasses.replace(spec, package="replay-no-such-model"))
+    spec = weights.PACKAGED["smollm2-135m"]
+    monkeypatch.setitem(weights.PACKAGED, "smollm2-135m", dataclasses.replace(spec, package="replay-no-such-model"))
     with pytest.raises(EnvironmentProblem) as e:
         model.load_model("smollm2-135m")
     msg = str(e.value)

@@ -182,7 +182,7 @@ class FakeLM:
 
 def test_decode_loop_layout_and_replay(tmp_path):
     from replay_harness.record.drafters import NGramDrafter
-    from replay_harness.record.model import Request, SamplingParams, decode
+    from replay_harness.record.decode import Request, SamplingParams, decode
 
     lm = FakeLM()
     reqs = [Request(7, "a", [1, 2, 3, 1, 2], SamplingParams(0.0, seed=1)),

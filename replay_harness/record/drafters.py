@@ -1,4 +1,4 @@
-"""Drafters for the speculative decode loop (replay_harness.record.model.decode). All real:
+"""Drafters for the speculative decode loop (replay_harness.record.decode.decode). All real:
 
 * ``ngram`` — prompt lookup (no model): find the latest earlier occurrence of the
   context's last n tokens (n from ``max_n`` down to ``min_n``) and propose the

@@ -2,7 +2,7 @@
 tools/make_fixtures.py).
 
 :func:`run_record` checks the options (before the model loads: seconds), loads the model and the
-drafter, decodes the requests together with :func:`replay_harness.record.model.decode` and writes every
+drafter, decodes the requests together with :func:`replay_harness.record.decode.decode` and writes every
 step through :class:`replay_harness.recording.recorder.Recorder`. It prints nothing but one stderr
 warning; what a front end shows while it runs (a spinner, a progress bar) it passes in as the
 ``loading`` and ``decoding`` hooks of :func:`run_record`.
@@ -23,8 +23,9 @@ from replay_harness.compare.runner import load_impl, resolve_device
 from replay_harness.errors import UsageError
 from replay_harness.limits import check_output
 from replay_harness.record.drafters import DRAFTERS, make_drafter
-from replay_harness.record.model import (HUB_REPO_ID, PACKAGED, Request, SamplingParams, decode, hub_file, load_model,
-                                         versions)
+from replay_harness.record.decode import Request, SamplingParams, decode
+from replay_harness.record.model import load_model
+from replay_harness.record.weights import HUB_REPO_ID, PACKAGED, hub_file, versions
 from replay_harness.recording.recorder import Recorder
 
 DEFAULT_PROMPTS = (

@@ -1,0 +1,147 @@
+"""The speculative decode loop that records every step (:func:`decode`): a batch of requests, each with its
+own sampling parameters; every step each request gets up to K drafts (ragged), the target runs once per request
+over context + drafts (what its KV cache lacks: :mod:`replay_harness.record.kv_cache`), the step is laid out in
+Model Runner V2's expanded layout (:class:`replay_harness.recording.step.Step`, :func:`build_step`), sampled by a
+registry impl and recorded with what it emitted and the routes taken.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from replay_harness.record.kv_cache import RequestCaches
+from replay_harness.record.model import CausalLM
+from replay_harness.recording.step import Step
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_k: int = 0       # 0 = off
+    top_p: float = 1.0   # 1 = off
+    min_p: float = 0.0   # 0 = off
+    seed: int = 0        # int64
+
+
+@dataclass
+class Request:
+    request_id: int
+    prompt: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    tokens: list[int] = field(default_factory=list)  # prompt + generated
+    done: bool = False
+    caches: RequestCaches | None = field(default=None, repr=False)  # its KV caches (decode opens them)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.tokens[len(self.prompt_ids):]
+
+
+@dataclass
+class DecodeStats:
+    steps: int = 0
+    recorded: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0
+    stopped: str = "steps"  # steps | eos | max-bytes
+
+
+def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor | None]]) -> Step:
+    """Lay out one step (MRV2 expanded layout) from per-request (request, drafts, target rows, draft logits).
+
+    target rows: [k+1, V], row i predicts position len(tokens)+i; draft logits: [k, V] or None.
+    """
+    cu, drafts, positions, logits, dl = [0], [], [], [], []
+    has_dl = any(d is not None for _, ds, _, d in rows if ds)
+    if has_dl and any(d is None for _, ds, _, d in rows if ds):
+        raise ValueError("draft logits for some requests but not all: a step carries them for every verify row")
+    for req, ds, lg, d in rows:
+        k = len(ds)
+        cu.append(cu[-1] + k + 1)
+        drafts.extend(ds + [-1])
+        positions.extend(range(len(req.tokens), len(req.tokens) + k + 1))
+        logits.append(lg)
+        if has_dl and k:
+            dl.append(d)
+    p = [req.params for req, *_ in rows]
+    return Step(
+        logits=torch.cat(logits, 0),
+        cu_num_logits=torch.tensor(cu, dtype=torch.int32),
+        draft_token_ids=torch.tensor(drafts, dtype=torch.int32),
+        positions=torch.tensor(positions, dtype=torch.int64),
+        temperature=torch.tensor([x.temperature for x in p], dtype=torch.float32),
+        top_k=torch.tensor([x.top_k for x in p], dtype=torch.int32),
+        top_p=torch.tensor([x.top_p for x in p], dtype=torch.float32),
+        min_p=torch.tensor([x.min_p for x in p], dtype=torch.float32),
+        seed=torch.tensor([x.seed for x in p], dtype=torch.int64),
+        request_ids=torch.tensor([req.request_id for req, *_ in rows], dtype=torch.int64),
+        draft_logits=torch.cat(dl, 0) if has_dl else None,
+    )
+
+
+def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_drafts: int, impl,
+           recorder=None, stop_at_eos: bool = True, kv_cache: bool = True,
+           on_step: Callable[[int, Step, Any, bool], None] | None = None) -> DecodeStats:
+    """Decode ``requests`` together for up to ``steps`` sampler calls, recording each through ``recorder``.
+
+    Per step and request: ``drafter.propose`` gives up to ``num_drafts`` drafts (and their
+    pre-temperature draft logits for model drafters); the target runs once over context + drafts;
+    ``impl.sample(step)`` decides; ``tokens[:count]`` are appended. A request that emits an
+    end-of-sequence token leaves the batch (``stop_at_eos``). With a recorder, each step is recorded with
+    what the impl emitted and the routes it took; the loop stops early at the recorder's byte budget.
+
+    ``kv_cache``: each request keeps KV caches (target; drafter when it runs a model) across steps, rolled
+    back after each step to the prefix shared with the grown context. False: every forward runs the whole
+    context (the old way, kept for comparison).
+    """
+    stats = DecodeStats()
+    for req in requests:
+        if not req.tokens:
+            req.tokens = list(req.prompt_ids)
+        if kv_cache and req.caches is None:
+            req.caches = RequestCaches.open(lm, drafter)
+    for i in range(steps):
+        active = [r for r in requests if not r.done]
+        if not active:
+            stats.stopped = "eos"
+            break
+        rows = []
+        for req in active:
+            caches = req.caches or RequestCaches()
+            proposal = drafter.propose(req.tokens, num_drafts, req.params, caches.draft) if num_drafts > 0 else None
+            ds = list(proposal.tokens) if proposal else []
+            cached = {} if caches.target is None else {"cache": caches.target}  # stand-in LMs take no cache
+            target = lm.next_logits(req.tokens + ds, keep=len(ds) + 1, **cached)
+            d_logits = proposal.logits if proposal and ds else None
+            if d_logits is not None:
+                d_logits = d_logits.to(target.dtype)
+            rows.append((req, ds, target, d_logits))
+            stats.drafted += len(ds)
+        step = build_step(rows)
+        result = impl.sample(step)
+        written = None
+        if recorder is not None:
+            written = recorder.record_sample(step, result)
+            if written is not None:
+                stats.recorded += 1
+        for r, req in enumerate(active):
+            n = int(result.counts[r])
+            new = [int(t) for t in result.tokens[r, :n].tolist()]
+            stats.accepted += max(n - 1, 0)
+            stats.emitted += n
+            req.tokens.extend(new)
+            if req.caches is not None:
+                req.caches.rollback(req.tokens)
+            if stop_at_eos and any(t in lm.eos_token_ids for t in new):
+                req.done, req.caches = True, None  # None frees its keys and values
+        stats.steps += 1
+        if on_step:
+            on_step(i, step, result, written is not None)
+        if recorder is not None and recorder.full:
+            stats.stopped = "max-bytes"
+            break
+    return stats
