@@ -48,19 +48,6 @@ def _sync_file_range(fd: int, offset: int, nbytes: int) -> None:
         raise OSError(ctypes.get_errno(), "sync_file_range")
 
 
-def _write(fd: int, data: memoryview, every: int, start_writeback) -> None:
-    written = started = 0
-    while written < len(data):
-        written += os.write(fd, data[written:written + stepfile.CHUNK_BYTES])
-        if written - started >= every:
-            start_writeback(fd, started, written - started)
-            started = written
-
-
-def _fadvise(fd: int, offset: int, nbytes: int) -> None:
-    os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
-
-
 def write_file(path: Path, data: memoryview, variant: str, phases: dict) -> None:
     """One file of ``data`` with ``variant``'s protocol (see the module docstring)."""
     if variant == "current":
@@ -69,8 +56,8 @@ def write_file(path: Path, data: memoryview, variant: str, phases: dict) -> None
     t0 = time.perf_counter()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        every = 64 << 20 if variant == "wb64" else stepfile.WRITEBACK_BYTES
-        _write(fd, data, every, _sync_file_range if variant == "sfr" else _fadvise)
+        stepfile._write_all(fd, [data], every=64 << 20 if variant == "wb64" else stepfile.WRITEBACK_BYTES,
+                            start_writeback=_sync_file_range if variant == "sfr" else None)
         t1 = time.perf_counter()
         os.fsync(fd)
         t2 = time.perf_counter()
@@ -85,15 +72,11 @@ def write_file(path: Path, data: memoryview, variant: str, phases: dict) -> None
 
 
 def one_file(folder: Path, data: memoryview, files: int, phases: dict) -> None:
+    """All ``files`` copies of ``data`` appended to one file with the step writer's loop, one fsync at the end."""
     t0 = time.perf_counter()
     fd = os.open(folder / "stream.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        for i in range(files):
-            at = 0
-            while at < len(data):
-                n = os.write(fd, data[at:at + stepfile.CHUNK_BYTES])
-                _fadvise(fd, i * len(data) + at, n)
-                at += n
+        stepfile._write_all(fd, [data] * files)
         t1 = time.perf_counter()
         os.fsync(fd)
     finally:

@@ -97,18 +97,26 @@ def encode_step(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bytes
     return b"".join([file_header(tensors, meta), *(_bytes_of(tensors[n]) for n in _layout(tensors))])
 
 
-def _write_all(fd: int, parts: list[memoryview]) -> None:
-    """Write ``parts`` in order to ``fd``, starting the disk's write-back every WRITEBACK_BYTES."""
+def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_DONTNEED)  # Linux: starts write-back
+
+
+def _write_all(fd: int, parts: list[memoryview], every: int = WRITEBACK_BYTES,
+               start_writeback: Callable[[int, int, int], None] | None = None) -> None:
+    """Write ``parts`` in order to ``fd`` in CHUNK_BYTES pieces, calling ``start_writeback(fd, offset, nbytes)`` on
+    what was written every ``every`` bytes (default: posix_fadvise DONTNEED, where the OS has it; the write
+    protocol's variants are measured with other arguments by tools/probe_write_back.py)."""
+    if start_writeback is None and hasattr(os, "posix_fadvise"):
+        start_writeback = _start_writeback
     written = started = 0
-    advise = getattr(os, "posix_fadvise", None)
     for part in parts:
         at = 0
         while at < len(part):
             n = os.write(fd, part[at:at + CHUNK_BYTES])
             at += n
             written += n
-            if advise is not None and written - started >= WRITEBACK_BYTES:
-                advise(fd, started, written - started, os.POSIX_FADV_DONTNEED)  # Linux: starts write-back
+            if start_writeback is not None and written - started >= every:
+                start_writeback(fd, started, written - started)
                 started = written
 
 
