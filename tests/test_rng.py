@@ -435,6 +435,45 @@ def test_triton_preimage_inverts_the_hash(cases):
             assert py_murmur3(int(seeds[i]), int(pos[i]), t) == h, (i, j)
 
 
+@triton.jit
+def _noise_bound_kernel(h_ptr, noise_ptr, bound_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    h = tl.load(h_ptr + offs).to(tl.uint32, bitcast=True)
+    tl.store(noise_ptr + offs, K.uniform_to_gumbel(K.hash_to_uniform(h)))
+    tl.store(bound_ptr + offs, K.gumbel_upper_bound(h))
+
+
+@needs_triton
+def test_gumbel_upper_bound_holds_and_the_census_uses_the_draws_cut():
+    """The draw skips a tile when its values plus ``gumbel_upper_bound`` of the unlisted hashes cannot reach the
+    threshold: the bound must be at least the computed noise of every hash (the smallest ones, whose noise is
+    largest, hashes around powers of two, random ones), and within 0.75 of it for small hashes (a looser bound
+    prunes less). tools/prune_census.py's ``noise_cut`` is the kernel's cut for the launch's listed hashes."""
+    from helpers import load_tool
+    from replay_kernels.draw.draw import draw_shape, listed_hashes, splits_for
+
+    census = load_tool("prune_census")
+    listed = {}  # rows of a launch -> the hashes its rows list (the tiles' cut is the bound of that hash)
+    for rows in (8, 64, 256):
+        block, _, programs, _, _ = draw_shape(rows)
+        listed[rows] = listed_hashes(splits_for(rows, 248_320, block, programs)[0]) * splits_for(
+            rows, 248_320, block, programs)[0]
+    gen = torch.Generator().manual_seed(13)
+    special = [(1 << e) + d for e in range(1, 32) for d in (-1, 0, 1)] + sorted(set(listed.values()))
+    h = torch.cat([torch.arange(2048, dtype=torch.int64), torch.tensor(special, dtype=torch.int64),
+                   torch.randint(0, 2**32, (4096 - 2048 - len(special),), generator=gen, dtype=torch.int64)])
+    h32 = torch.where(h >= 2**31, h - 2**32, h).to(torch.int32).to(DEVICE)
+    noise, bound = torch.empty(h.numel(), device=DEVICE), torch.empty(h.numel(), device=DEVICE)
+    _noise_bound_kernel[(h.numel() // 1024,)](h32, noise, bound, BLOCK=1024)
+    noise, bound = noise.cpu(), bound.cpu()
+    assert (bound >= noise).all(), h[bound < noise][:8]
+    assert (bound - noise)[1:2048].max() < 0.75
+    for rows, hashes in listed.items():
+        kernel_cut = float(bound[(h == hashes).nonzero()[0, 0]]) + 0.001
+        assert census.noise_cut(rows, 248_320) == pytest.approx(kernel_cut, abs=1e-5)
+        assert 13.0 < kernel_cut < 14.0
+
+
 @needs_triton
 def test_triton_edge_values():
     """tl.rand == 0.0 (accept clamps to its minimum) and u == 1.0 (1-u clamps)."""
