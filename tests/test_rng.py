@@ -450,14 +450,13 @@ def test_gumbel_upper_bound_holds_and_the_census_uses_the_draws_cut():
     largest, hashes around powers of two, random ones), and within 0.75 of it for small hashes (a looser bound
     prunes less). tools/prune_census.py's ``noise_cut`` is the kernel's cut for the launch's listed hashes."""
     from helpers import load_tool
-    from replay_kernels.draw.draw import draw_shape, listed_hashes, splits_for
+    from replay_kernels.draw.draw import DrawScratch
 
     census = load_tool("prune_census")
     listed = {}  # rows of a launch -> the hashes its rows list (the tiles' cut is the bound of that hash)
     for rows in (8, 64, 256):
-        block, _, programs, _, _ = draw_shape(rows)
-        listed[rows] = listed_hashes(splits_for(rows, 248_320, block, programs)[0]) * splits_for(
-            rows, 248_320, block, programs)[0]
+        scratch = DrawScratch.allocate(rows, 248_320, None, "cpu")  # what the launch passes as HASHES, SPLITS
+        listed[rows] = scratch.hashes * scratch.splits
     gen = torch.Generator().manual_seed(13)
     special = [(1 << e) + d for e in range(1, 32) for d in (-1, 0, 1)] + sorted(set(listed.values()))
     h = torch.cat([torch.arange(2048, dtype=torch.int64), torch.tensor(special, dtype=torch.int64),

@@ -2,9 +2,10 @@
 SM %, DRAM %, and with the Occupancy section registers a thread, theoretical and achieved occupancy.
 
 ``--pipes FILE``: the raw-page CSV of tools/run_gpu_ncu_pipes.sh (a "case" column, metric names as columns):
-per case the duration (at Nsight Compute's locked clocks), DRAM busy % and bytes a second, SM throughput, issue-slot use, instructions a launch, the busiest pipes
-(``sm__inst_executed_pipe_*`` and ``sm__pipe_*_cycles_active``, % of peak while active) and the five largest
-stall reasons (cycles a warp spends stalled per instruction issued)."""
+per case the duration (at Nsight Compute's locked clocks), DRAM busy % and bytes a second, SM throughput,
+issue-slot use, instructions a launch, the busiest pipes (``sm__inst_executed_pipe_*`` and
+``sm__pipe_*_cycles_active``, % of peak while active) and the five largest stall reasons (cycles a warp spends
+stalled per instruction issued)."""
 import csv
 import re
 import sys
@@ -52,8 +53,8 @@ def pipes(path: str) -> None:
         print("   " + ", ".join(f"{label} {cell[m]}" for label, m in fixed if m in cell))
         busy = sorted(((num(v), k) for k, v in cell.items() if pipe.match(k)), reverse=True)
         print("   pipes: " + ", ".join(f"{k.split('__')[1].split('.')[0]} {v:.1f}" for v, k in busy[:8]))
-        stalls = sorted(((num(v), next(g for g in stall.match(k).groups() if g)) for k, v in cell.items()
-                         if stall.match(k)), reverse=True)
+        stalls = sorted(((num(v), next(g for g in m.groups() if g)) for k, v in cell.items()
+                         if (m := stall.match(k))), reverse=True)
         print("   stalls per issue: " + ", ".join(f"{name} {v:.2f}" for v, name in stalls[:5]))
 
 

@@ -13,10 +13,10 @@ For each request of the step's plain rows (k = 0) at temperature T > 0: its best
 * the tokens within ``cut`` of ``b``.
 
 ``cut`` is the noise bound of the tokens the launch does not list, for the step's number of rows
-(``draw.listed_hashes`` of its splits; 13.2 at R = 256). Greedy rows (T = 0) are an argmax and hash nothing. The
-table gives, per temperature over the ``--steps`` (and over every plain row: "all"), the rows and the mean
-and median of both fractions. Synthetic recordings (from
-`replay synth`) are what the floor table benches; any recording with plain steps works.
+(:func:`listed_count`, from the launch's own scratch; 13.2 at R = 256). Greedy rows (T = 0) are an argmax and hash
+nothing. The table gives, per temperature over the ``--steps`` (and over every plain row: "all"), the rows and the
+mean and median of both fractions. Synthetic recordings (from `replay synth`) are what the floor table benches; any
+recording with plain steps works.
 """
 from __future__ import annotations
 
@@ -29,15 +29,19 @@ import torch
 
 from replay_harness.oracle.rng import gumbel_row
 from replay_harness.recording.store import Recording
-from replay_kernels.draw.draw import draw_shape, listed_hashes, splits_for
+from replay_kernels.draw.draw import DrawScratch, draw_shape
+
+
+def listed_count(rows: int, vocab: int) -> int:
+    """The hashes each row of a draw launch over ``rows`` rows lists: ``HASHES x SPLITS`` of its scratch."""
+    scratch = DrawScratch.allocate(rows, vocab, None, "cpu")
+    return scratch.hashes * scratch.splits
 
 
 def noise_cut(rows: int, vocab: int) -> float:
-    """``gumbel_upper_bound(H) + 0.001`` (the draw's ``cut``) for a launch of ``rows`` rows: H = the hashes the
-    row's programs list. Python twin of ``rng.gumbel_upper_bound``: (159 - bits(fp32(H)) / 2^23) ln 2 + 0.01."""
-    block, _, programs, _, _ = draw_shape(rows)
-    splits, _ = splits_for(rows, vocab, block, programs)
-    h = listed_hashes(splits) * splits
+    """``gumbel_upper_bound(H) + 0.001`` (the draw's ``cut``) for a launch of ``rows`` rows: H =
+    :func:`listed_count`. Python twin of ``rng.gumbel_upper_bound``: (159 - bits(fp32(H)) / 2^23) ln 2 + 0.01."""
+    h = listed_count(rows, vocab)
     bits = struct.unpack("<I", struct.pack("<f", float(h)))[0]
     return (159.0 - bits / 2**23) * math.log(2.0) + 0.01 + 0.001
 
@@ -70,7 +74,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("recordings", nargs="+")
     ap.add_argument("--steps", default="0", help="comma list of step indices (default 0)")
-    ap.add_argument("--tile", type=int, default=draw_shape(256)[0], help="lanes a tile (default: the draw's from 8 rows)")
+    ap.add_argument("--tile", type=int, default=draw_shape(256)[0],
+                    help="lanes a tile (default: the draw's from 8 rows)")
     args = ap.parse_args()
     print("| recording | steps | T | rows | tiles to hash: mean (median) | tokens within the cut: mean |")
     print("|---|---:|---:|---:|---|---:|")
