@@ -82,6 +82,26 @@ def test_a_manifest_value_of_the_wrong_kind_is_refused(rec, key, value):
     assert problems, f"{key}={value!r} accepted"
 
 
+@pytest.mark.parametrize("key,value", [("source", "my-engine 1.4"), ("num_steps", 1.0), ("synthetic", "yes"),
+                                       ("schema_minor", True), ("complete", 1), ("rng_contract", ""),
+                                       ("digest_algorithm", "md5")])
+def test_readers_refuse_a_present_key_of_the_wrong_kind(rec, key, value):
+    """"Readers are lenient about absence only": `replay run` / `inspect` open the recording (``Recording``) and
+    refuse a key that is present but not of its kind, as `replay validate` does (an empty rng_contract was read
+    as a contract named "" and compared with mrv2)."""
+    edit_manifest(rec, lambda m: m.update({key: value}))
+    with pytest.raises(InputError) as refused:
+        Recording(rec)
+    assert refused.value.field == key
+
+
+def test_readers_take_defaults_for_absent_keys(rec):
+    edit_manifest(rec, lambda m: [m.pop(k) for k in ("schema_minor", "rng_contract", "synthetic", "source",
+                                                     "complete", "num_steps", "digest")])
+    r = Recording(rec)
+    assert r.rng_contract == "mrv2" and not r.synthetic and len(r) == 1 and r[0].index == 0
+
+
 def test_an_open_manifest_needs_no_num_steps_or_digest(rec):
     edit_manifest(rec, lambda m: (m.update(complete=False), m.pop("num_steps"), m.pop("digest")))
     assert errors(rec) == []
@@ -94,9 +114,32 @@ def test_unknown_manifest_keys_and_a_newer_minor_are_accepted(rec):
 
 # ----------------------------------------------------------------------------- step files
 def test_a_second_metadata_key_is_refused(rec):
+    """By every reader, not `replay validate` alone: ``Recording.read`` is what `replay run` and `inspect` use."""
     edit_step(rec, lambda t: None, metadata={"format": "pt"})
     problems = errors(rec)
     assert [p.field for p in problems] == ["__metadata__"] and "'format'" in problems[0].message
+    with pytest.raises(InputError) as refused:
+        Recording(rec)[0]
+    assert refused.value.field == "__metadata__" and refused.value.step == 0
+
+
+@pytest.mark.parametrize("replay_meta,message", [({"schema": "replay.step/1", "step": 0.0}, "says step 0.0"),
+                                                 ([0], "must be a JSON object")])
+def test_a_step_index_must_be_a_json_integer_and_the_metadata_an_object(rec, replay_meta, message):
+    path = rec / "steps" / "step-000000.safetensors"
+    save_file(load_file(str(path)), str(path), metadata={"replay": json.dumps(replay_meta)})
+    with pytest.raises(InputError) as refused:
+        Recording(rec)[0]
+    assert refused.value.field.startswith("__metadata__") and message in str(refused.value)
+
+
+def test_a_header_length_past_the_end_of_the_file_names_the_header(rec):
+    path = rec / "steps" / "step-000000.safetensors"
+    data = path.read_bytes()
+    path.write_bytes((1 << 40).to_bytes(8, "little") + data[8:])
+    with pytest.raises(InputError) as refused:
+        Recording(rec)[0]
+    assert refused.value.field == "__header__" and "the header length says 1099511627776 bytes" in str(refused.value)
 
 
 def test_negative_positions_are_refused(rec):

@@ -32,7 +32,7 @@ from safetensors import safe_open
 from replay_harness.recording.digest import canonical_json, tensor_digest
 from replay_harness.recording.schema import METADATA_KEY
 
-__all__ = ["write_step_file", "encode_step", "read_step_file", "file_header", "DTYPES", "TMP_SUFFIX"]
+__all__ = ["write_step_file", "encode_step", "read_step_file", "ExtraMetadata", "file_header", "DTYPES", "TMP_SUFFIX"]
 
 TMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target (an orphan: a killed writer)
 CHUNK_BYTES = 16 << 20      # bytes handed to one os.write / readinto call
@@ -175,17 +175,30 @@ def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str
     return value
 
 
+class ExtraMetadata(ValueError):
+    """A step file's ``__metadata__`` holds keys besides ``replay`` (docs/FIXTURES.md, "One step file")."""
+
+    def __init__(self, keys: list[str]):
+        super().__init__(f"__metadata__ holds more than the one key '{METADATA_KEY}': "
+                         f"{', '.join(repr(k)[:40] for k in keys[:3])}")
+
+
 def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor] | None = None
                    ) -> tuple[dict[str, torch.Tensor], str | None]:
-    """Every tensor of a step file and its raw ``replay`` metadata string (None if absent).
+    """Every tensor of a step file and its raw ``replay`` metadata string (None if absent); ExtraMetadata when
+    ``__metadata__`` holds another key.
 
     safetensors checks the header first (raises its own errors on a bad file: the caller reports them);
     then the data region is read once into ``alloc(nbytes)`` (a uint8 tensor; default ``torch.empty``, pass
     one that returns pinned memory for a CUDA target) and each tensor is a view into it (a copy only where a
     foreign writer left an offset that is not a multiple of the element size)."""
     with safe_open(str(file), framework="pt") as f:
-        raw_meta = (f.metadata() or {}).get(METADATA_KEY)
+        metadata = f.metadata() or {}
         names = list(f.keys())
+    extra = sorted(k for k in metadata if k != METADATA_KEY)
+    if extra:
+        raise ExtraMetadata(extra)
+    raw_meta = metadata.get(METADATA_KEY)
     with open(file, "rb") as f:  # the header safetensors accepted, then the data region in one pass
         n = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(n).decode("utf-8"))

@@ -30,9 +30,9 @@ from replay_harness.recording.schema import (MANIFEST, METADATA_KEY, OPTIONAL_FI
                                              RECORDING_SCHEMA_ID, SCHEMA_MAJOR, SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
                                              STEP_SCHEMA, STEP_SCHEMA_ID, STEPS_DIR, step_file_name)
 from replay_harness.recording.step import Step
-from replay_harness.recording.stepfile import (TMP_SUFFIX, atomic_write, encode_step, in_digest_thread, read_step_file,
-                                               write_step_file)
-from replay_harness.recording.validate import check_step
+from replay_harness.recording.stepfile import (TMP_SUFFIX, ExtraMetadata, atomic_write, encode_step, in_digest_thread,
+                                               read_step_file, write_step_file)
+from replay_harness.recording.validate import check_manifest, check_step
 
 __all__ = ["Emitted", "StepRecord", "RecordingWriter", "Recording", "step_tensors", "step_from_tensors",
            "step_metadata", "encode_step", "load_step_file", "check_step_file", "canonical_json", "tensor_digest"]
@@ -127,7 +127,10 @@ def check_step_file(file: Path, index: int) -> None:
     try:
         with open(file, "rb") as f:
             n = int.from_bytes(f.read(8), "little") if size >= 8 else -1
-            if not 0 < n <= size - 8:
+            if n > size - 8 >= 0:  # a length past the end: say so, not safetensors' "header too large"
+                raise InputError(file, f"the header length says {n} bytes but {size - 8} follow it (truncated or "
+                                       "corrupt)", step=index, field="__header__")
+            if not 0 < n:
                 return
             enforce(MAX_MANIFEST_BYTES, n, file, step=index, field="__header__", claim="JSON header size")
             header = json.loads(f.read(n).decode("utf-8"))
@@ -278,8 +281,9 @@ class Recording:
             raise InputError(mpath, f"must be a positive integer, got {_short(vocab)}", field="vocab_size")
         enforce(MAX_VOCAB, vocab, mpath, field="vocab_size", claim="vocab_size")
         self.vocab_size = vocab
-        if not isinstance(self.manifest.get("source", {}), dict):  # readers look keys up in it
-            raise InputError(mpath, f"must be a JSON object, got {_short(self.manifest['source'])}", field="source")
+        problems = check_manifest(self.manifest, mpath, required=False)  # a key that is present: of its kind
+        if problems:
+            raise problems[0]
         self.rng_contract = str(self.manifest.get("rng_contract", "mrv2"))
         self.synthetic = bool(self.manifest.get("synthetic", False))
         files = []
@@ -300,8 +304,6 @@ class Recording:
         self.needs_digest = self.manifest.get("complete") is True and isinstance(self.manifest.get("digest"), str)
         if self.manifest.get("complete") is True and self.manifest.get("num_steps") is not None:
             declared = self.manifest["num_steps"]
-            if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
-                raise InputError(mpath, f"must be a non-negative integer, got {_short(declared)}", field="num_steps")
             if declared != len(self.files):
                 raise InputError(mpath, f"the closed recording declares {declared} steps but {len(self.files)} "
                                         f"step files are present (a step file was lost or added)", field="num_steps")
@@ -358,6 +360,8 @@ class Recording:
         check_step_file(file, index)
         try:
             tensors, raw_meta = load_step_file(file, alloc)
+        except ExtraMetadata as e:
+            raise InputError(file, str(e), step=index, field="__metadata__") from None
         except Exception as e:  # safetensors raises its own error types for bad headers and short files
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise InputError(file, f"unreadable safetensors file (truncated or corrupt: {reason})", step=index) from None
@@ -366,11 +370,14 @@ class Recording:
         except (ValueError, RecursionError):  # JSONDecodeError, over-long integers, deep nesting
             raise InputError(file, f"the '{METADATA_KEY}' metadata is not valid JSON", step=index,
                              field="__metadata__") from None
-        if not isinstance(meta, dict):
+        if meta is None:
             raise InputError(file, f"missing the '{METADATA_KEY}' metadata: not a replay step", step=index,
                              field="__metadata__")
+        if not isinstance(meta, dict):
+            raise InputError(file, f"the '{METADATA_KEY}' metadata must be a JSON object, got {_short(meta)}",
+                             step=index, field="__metadata__")
         _parse_schema(meta.get("schema"), STEP_SCHEMA, file, "__metadata__.schema", step=index)
-        if meta.get("step") != index or isinstance(meta.get("step"), bool):
+        if type(meta.get("step")) is not int or meta["step"] != index:
             raise InputError(file, f"says step {_short(meta.get('step'))}, but the file name says step {index}",
                              step=index, field="__metadata__.step")
         return tensors, meta

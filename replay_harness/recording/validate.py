@@ -14,7 +14,7 @@ import torch
 
 from replay_harness.errors import InputError
 from replay_harness.recording.digest import ALGORITHMS, HEX_DIGITS, algorithm_of, recording_digest, tensor_digest
-from replay_harness.recording.schema import (FIELDS, KNOWN_FIELDS, MANIFEST, MANIFEST_KEYS, METADATA_KEY,
+from replay_harness.recording.schema import (FIELDS, KNOWN_FIELDS, MANIFEST, MANIFEST_KEYS,
                                              OPTIONAL_MANIFEST_KEYS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE,
                                              UNSUPPORTED_FIELDS, Field)
 
@@ -205,19 +205,21 @@ def _manifest_value_problem(kind: str, value) -> str | None:
     return None
 
 
-def check_manifest(manifest: dict, file: Path) -> list[InputError]:
+def check_manifest(manifest: dict, file: Path, required: bool = True) -> list[InputError]:
     """Every missing or mistyped key of ``manifest.json`` (schema.MANIFEST_KEYS; schema.OPTIONAL_MANIFEST_KEYS
-    only when present; unknown keys are allowed).
+    only when present; unknown keys are allowed). ``required=False`` (the readers, ``Recording``): only the keys
+    that are present, each of its kind.
 
     ``num_steps`` and ``digest`` are checked only when ``complete`` is true."""
     out: list[InputError] = []
     closed = manifest.get("complete") is True
     for key in MANIFEST_KEYS + OPTIONAL_MANIFEST_KEYS:
-        if (key.closed and not closed) or (key in OPTIONAL_MANIFEST_KEYS and key.name not in manifest):
+        if key.closed and not closed:
             continue
         if key.name not in manifest:
-            out.append(InputError(file, "required key is missing" + (" (the recording is closed)" if key.closed
-                                                                     else ""), field=key.name))
+            if required and key not in OPTIONAL_MANIFEST_KEYS:
+                out.append(InputError(file, "required key is missing" + (" (the recording is closed)" if key.closed
+                                                                         else ""), field=key.name))
             continue
         why = _manifest_value_problem(key.kind, manifest[key.name])
         if why:
@@ -227,30 +229,6 @@ def check_manifest(manifest: dict, file: Path) -> list[InputError]:
         out.append(InputError(file, f"{len(digest)} hex characters, but a {algorithm} digest has "
                                     f"{HEX_DIGITS[algorithm]} (digest_algorithm)", field="digest"))
     return out
-
-
-def _step_header_metadata(file: Path) -> dict | None:
-    """The ``__metadata__`` object of a safetensors file's JSON header (None if it cannot be read).
-
-    Called after safetensors has opened the file, so the header length is known to be sane."""
-    try:
-        with open(file, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(n).decode("utf-8"))
-        meta = header.get("__metadata__")
-        return meta if isinstance(meta, dict) else None
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return None
-
-
-def check_metadata_keys(file: Path, step: int) -> list[InputError]:
-    """A step file's ``__metadata__`` must hold exactly one key, ``replay`` (docs/FIXTURES.md)."""
-    meta = _step_header_metadata(file)
-    extra = sorted(k for k in (meta or {}) if k != METADATA_KEY)
-    if not extra:
-        return []
-    return [InputError(file, f"__metadata__ holds more than the one key '{METADATA_KEY}': "
-                             f"{', '.join(repr(k)[:40] for k in extra[:3])}", step=step, field="__metadata__")]
 
 
 def close_problems(rec, digests: list[str] | None = None) -> list[InputError]:
@@ -293,7 +271,6 @@ def check_recording(rec, nan: str = "error", neg_inf: str = "warn") -> list[Inpu
         except InputError as e:
             problems.append(e)
             continue
-        problems.extend(check_metadata_keys(rec.files[i], i))
         problems.extend(check_step(tensors, rec.vocab_size, file=rec.files[i], step=i, nan=nan, neg_inf=neg_inf))
         digests.append(tensor_digest(tensors, meta, rec.digest_algorithm))
     return problems + close_problems(rec, digests)
