@@ -514,9 +514,9 @@ def test_kernel_ab_tool_loads_separate_copies_and_overrides_one(monkeypatch):
         assert ab.main() == 2  # a clear refusal without a GPU, not a traceback
 
 
-def test_kernel_resources_tool_compiles_each_launch_for_sm90():
+def test_kernel_resources_tool_compiles_each_launch_for_sm90(tmp_path):
     """tools/kernel_resources.py records one launch's kernels without running them and compiles each for
-    sm_90 (no GPU): a top-p step is the first draw, its check, (draw, check) rounds and the finish loop: three
+    sm_90 (no GPU), and ``--sass`` writes each distinct kernel's SASS: a top-p step is the first draw, its check, (draw, check) rounds and the finish loop: three
     rounds at top-p 0.5 with twenty requests (the most; ``sample_check.launched_rounds``, whose counts
     tests/test_sample_check.py pins: one compile of each kernel here; 10 expected open: no open-row launch);
     with four (2 expected open) the first draw, its check and the open-row launch; below four requests, the
@@ -530,8 +530,12 @@ def test_kernel_resources_tool_compiles_each_launch_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(TOOLS.parent)
     out = subprocess.run([sys.executable, str(TOOLS / "kernel_resources.py"), "--impl", "gumbel-max", "--R", "20,4,3",
-                          "--V", "3000", "--top-p", "0.5"], capture_output=True, text=True, env=env, timeout=600)
+                          "--V", "3000", "--top-p", "0.5", "--sass", str(tmp_path)], capture_output=True, text=True,
+                         env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+    sass = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert {"R20-0-_draw_kernel.sass", "R20-1-_check_kernel.sass", "R3-0-_one_launch_kernel.sass"} <= set(sass)
+    assert all("EXIT" in text and "Function : " in text for text in sass.values())
     tables = out.stdout.split("# gumbel-max V=3000 R=")[1:]  # one table a request count, in the order given
     for table, (requests, expected) in zip(tables, ((20, ["_draw_kernel", "_check_kernel"] * 4 + ["_finish_kernel"]),
                                                     (4, ["_draw_kernel", "_check_kernel", "_open_rows_kernel"]),

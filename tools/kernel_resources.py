@@ -1,7 +1,7 @@
 """Registers, spills and code size of every kernel one sampler launch runs, compiled for an H200 without a GPU.
 
     python3 tools/kernel_resources.py --impl gumbel-max --R 256 --top-p 0.9        # the table below
-    python3 tools/kernel_resources.py --impl stochastic --R 64 --k 4 [--V 248320] [--dtype bf16]
+    python3 tools/kernel_resources.py --impl stochastic --R 64 --k 4 [--V 248320] [--dtype bf16] [--sass DIR]
 
 The impl prepares one SYNTHETIC step of the shape (``replay_harness.bench.kernels.cases.Inputs``, on the CPU)
 and runs ``launch`` with Triton's launcher replaced by a recorder: nothing executes. Each recorded launch is
@@ -13,7 +13,8 @@ with Triton) reads the registers a thread and the spill stack of the cubin. Per 
 * programs an SM: what the registers allow. An H100/H200 SM has four partitions of 16,384
   registers; a warp takes ``ceil(regs / 8) * 8 * 32`` of one partition, so ``4 * floor(16384 / that)`` warps
   an SM, at most 64 warps and 32 programs;
-* sass: instructions in the cubin (code size).
+* sass: instructions in the cubin (code size); ``--sass DIR`` also writes each distinct kernel's SASS
+  (``cuobjdump -sass``) to ``DIR/R<requests>-<launch #>-<kernel>.sass``, to read a loop's instructions without a GPU.
 
 A plain step below ``one_launch.ONE_LAUNCH_BELOW`` requests with top-k / top-p checks is recorded as the one
 launch (``replay_kernels/draw/one_launch.py``), as on a GPU with room for all its programs; a line under the table
@@ -98,8 +99,8 @@ def compile_sm90(fn, args: tuple, kwargs: dict):
     return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
 
 
-def cubin_resources(cubin: bytes) -> tuple[int, int, int]:
-    """(registers a thread, spill stack bytes a thread, SASS instructions) of a cubin, by ``cuobjdump``."""
+def cubin_resources(cubin: bytes) -> tuple[int, int, int, str]:
+    """(registers a thread, spill stack bytes a thread, SASS instructions, the SASS) of a cubin, by ``cuobjdump``."""
     import triton
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -109,7 +110,7 @@ def cubin_resources(cubin: bytes) -> tuple[int, int, int]:
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", usage)
     instructions = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", sass, flags=re.M))
-    return int(m.group(1)), int(m.group(2)), instructions
+    return int(m.group(1)), int(m.group(2)), instructions, sass
 
 
 def programs_per_sm(regs: int, warps: int) -> int:
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--top-k", type=int, default=0, help="top-k of every request (default 0: off)")
     ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="logits dtype")
+    ap.add_argument("--sass", metavar="DIR", help="also write each distinct kernel's SASS to DIR")
     args = ap.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are imported: compile them, do not interpret them
     try:
@@ -168,7 +170,11 @@ def report(args, R: int) -> int:
         key = kernel.hash
         if key not in seen:
             seen[key] = cubin_resources(kernel.asm["cubin"])
-        regs, stack, sass = seen[key]
+            if args.sass:
+                os.makedirs(args.sass, exist_ok=True)
+                with open(os.path.join(args.sass, f"R{R}-{i}-{fn.__name__}.sass"), "w") as f:
+                    f.write(seen[key][3])
+        regs, stack, sass, _ = seen[key]
         warps = kernel.metadata.num_warps
         maxnreg = kw.get("maxnreg") or "-"
         print(f"| {i} | `{fn.__name__}` | {tuple(grid)} | {warps} | {maxnreg} | {regs} | {stack} | "
