@@ -49,6 +49,9 @@ def test_greedy_only_exits_1_with_violations_naming_requests(founding):
 def test_guarded_exits_1_and_names_refused(founding):
     code, out, _ = cli("run", str(founding), "--impl", "guarded")
     assert code == 1 and "guarded refused 18 request-steps; request ids 1000, 1001" in out
+    # the impl's own notes say why, one a step (docs/EXTERNAL.md: notes are shown by `replay run`)
+    assert "note: step 0: refused requests 1000, 1001" in out and "needs a stochastic verifier" in out
+    assert out.count(": note: step ") == 3
 
 
 def test_json_is_byte_identical_run_to_run(mixed):

@@ -55,7 +55,7 @@ def spoiled(tmp_path_factory):
     """Two recordings: a did not close cleanly, b's content digest does not match its steps."""
     root = tmp_path_factory.mktemp("spoiled")
     a, b = write_recording(root / "a", CASE), write_recording(root / "b", CASE, seed=1)
-    for path, change in ((a, {"complete": False}), (b, {"digest": "0" * 64})):
+    for path, change in ((a, {"complete": False}), (b, {"digest": "0" * 32})):
         manifest = json.loads((path / "manifest.json").read_text())
         (path / "manifest.json").write_text(json.dumps({**manifest, **change}))
     return a, b

@@ -110,6 +110,57 @@ def test_mrv2_impl_matches_reference_on_synthetic_cases(name, reference):
     assert compared > 0, "every request refused: nothing compared"
 
 
+@pytest.mark.parametrize("name", registry_names())
+def test_an_impl_that_keeps_its_inputs_leaves_the_step_as_it_was(name):
+    """``keeps_inputs`` makes ``place`` hand the impl the recorded tensors themselves (no copy): the claim must
+    hold, on steps with drafts, filters and greedy rows."""
+    impl = _load(name)
+    if not impl.keeps_inputs:
+        pytest.skip("gets a copy of every step (contract.place)")
+    for case, step in [s for s in synthetic_steps() if s[0] in ("synthetic-mixed", "synthetic-filters")]:
+        placed = place(step, impl, DEVICE)
+        before = {f.name: getattr(placed, f.name).clone() for f in dataclasses.fields(placed)
+                  if isinstance(getattr(placed, f.name), torch.Tensor)}
+        impl.sample(placed)
+        changed = [k for k, v in before.items() if not torch.equal(v, getattr(placed, k))]
+        assert not changed, f"{case}: {name} wrote into {changed}"
+
+
+class _WritesIntoItsStep(Sampler):
+    """The reference's tokens after writing into the step it was given (engines' samplers do: vLLM divides the
+    logits by the temperature in place)."""
+    rng_contract, cpu_only = "mrv2", True
+
+    def __init__(self, correct: bool):
+        self.correct = correct
+
+    def sample(self, step: Step) -> SampleResult:
+        if self.correct:  # x / t in place, then t = 1: the same processed logits, bit for bit
+            t = step.temperature
+            rows = torch.repeat_interleave(torch.where(t > 0, t, 1.0), step.num_drafts.long() + 1)
+            step.logits.div_(rows[:, None].to(step.logits.dtype))
+            step.temperature.copy_(torch.where(t > 0, 1.0, 0.0))
+        else:  # greedy at every temperature, through its input only
+            step.temperature.zero_()
+        return registry.get_impl("reference").sample(step)
+
+
+@pytest.mark.parametrize("fixture", ["synthetic-filters", "synthetic-mixed"])
+def test_what_an_impl_writes_into_its_step_reaches_neither_the_other_side_nor_the_routes(fixture):
+    """``place`` gives an impl that does not declare ``keeps_inputs`` a copy: a sampler that zeroes the
+    temperature it was given is caught (it was compared with a reference run on the zeroed step, and the
+    expected routes read from it: a silent pass), and a correct one that divides the logits in place matches."""
+    from replay_harness.compare.runner import run_recording
+
+    rec = Recording(REPO / "fixtures" / fixture)
+    reference = registry.get_impl("reference")
+    cpu = torch.device("cpu")
+    wrong = run_recording(rec, _WritesIntoItsStep(correct=False), reference, cpu)
+    assert wrong.real_divergences and wrong.violations
+    assert not run_recording(rec, _WritesIntoItsStep(correct=True), reference, cpu).real_divergences
+    assert run_recording(rec, reference, "recorded", cpu).ok
+
+
 def _fixture_params() -> list:
     return [pytest.param(n, f, id=f"{n}-{f}") for n in registry_names() for f in FIXTURES]
 

@@ -126,7 +126,7 @@ def test_close_problems_name_incomplete_and_digest_mismatched_recordings(tmp_pat
     rec = write_recording(tmp_path / "rec", CASE)
     assert close_problems(Recording(rec)) == []
     manifest = json.loads((rec / "manifest.json").read_text())
-    (rec / "manifest.json").write_text(json.dumps({**manifest, "digest": "0" * 64}))
+    (rec / "manifest.json").write_text(json.dumps({**manifest, "digest": "0" * len(manifest["digest"])}))
     [p] = close_problems(Recording(rec))
     assert p.warning and p.field == "digest"
     (rec / "manifest.json").write_text(json.dumps({**manifest, "complete": False}))
@@ -214,7 +214,7 @@ def test_run_neg_inf_rows_error_is_bad_input(tmp_path):
 @needs_run_change
 def test_run_warns_about_incomplete_and_digest_mismatched_recordings(tmp_path):
     a, b = write_recording(tmp_path / "a", CASE), write_recording(tmp_path / "b", CASE, seed=1)
-    for rec, change in ((a, {"complete": False}), (b, {"digest": "0" * 64})):
+    for rec, change in ((a, {"complete": False}), (b, {"digest": "0" * 32})):
         manifest = json.loads((rec / "manifest.json").read_text())
         (rec / "manifest.json").write_text(json.dumps({**manifest, **change}))
     code, out, err = cli("run", str(a), str(b), "--device", "cpu", "--quiet")
@@ -233,3 +233,23 @@ def test_run_replays_a_derived_recording_against_the_reference(tmp_path):
     code, out, err = cli("run", str(out_dir), "--device", "cpu")
     assert code == 0, out + err
     assert "note: the recording holds no engine tokens" in out and "reference's tokens it stores" in out
+
+
+def test_routes_only_does_not_pass_requests_that_came_without_a_route():
+    """`--routes-only` accepts routes, refusals and greedy tokens in place of the stochastic tokens an RNG
+    contract mismatch leaves uncompared; an impl that reports no route (-1) for such a request had nothing
+    checked there, so the verdict stays inconclusive (a founding-bug sampler hiding its routes passed)."""
+    from replay_harness.recording.step import SampleResult
+
+    record = Recording(Path(__file__).resolve().parents[1] / "fixtures" / "synthetic-mixed")[0]
+    step = record.step
+    stochastic = [r for r in range(step.num_requests) if float(step.temperature[r]) > 0]
+    assert stochastic
+    want = SampleResult(tokens=record.emitted.tokens.long(), counts=record.emitted.counts,
+                        routes=record.emitted.routes.to(torch.int8))
+    for routes, verdict in ((want.routes, "pass"), (torch.full_like(want.routes, -1), "inconclusive")):
+        got = SampleResult(tokens=want.tokens, counts=want.counts, routes=routes)
+        cmp = Comparison()
+        compare_step(cmp, 0, step, got, want, exact_stochastic=False)
+        assert cmp.verdict(routes_only=True) == verdict and cmp.verdict() == "inconclusive"
+        assert cmp.skipped_unrouted == (len(stochastic) if verdict == "inconclusive" else 0)

@@ -380,3 +380,22 @@ def test_cli_external_timeout_names_the_recording_step_not_the_call(tmp_path):
     assert "no reply to step 1 of fixtures/real-founding within 1 s (--impl-timeout)" in err, err
     rc, _, err = cli("verify", "--impl", "reference", "--impl-timeout", "5")
     assert rc == 2 and "--impl-timeout is only for external impls" in err
+
+
+def test_the_steps_verify_sends_hold_unique_request_ids():
+    """docs/FIXTURES.md: request ids are unique in a step, and an ``exec:`` program may check it. verify's calls
+    hold many copies of one request plus the step's other requests (context): every id differs, the context
+    requests keep their recorded ids."""
+    from pathlib import Path
+
+    from replay_harness.checks.trials import Group, context_of, copies_step
+    from replay_harness.recording.store import Recording
+
+    rec = Recording(Path(__file__).resolve().parents[1] / "fixtures" / "synthetic-mixed")
+    step = next(s.step for s in rec if len(context_of(s.step, 0)) > 0)
+    context = context_of(step, 0)
+    groups = [Group(seeds=torch.arange(6, dtype=torch.int64)), Group(seeds=torch.arange(6, dtype=torch.int64),
+                                                                    shift=1)]
+    ids = copies_step(step, 0, groups, 0, 6, context).request_ids.tolist()
+    assert len(ids) == 12 + len(context) and len(set(ids)) == len(ids)
+    assert ids[12:] == step.request_ids[context].tolist()

@@ -83,7 +83,22 @@ def copies_step(step: Step, r: int, groups: list[Group], start: int, stop: int, 
         if g.drafts is not None and k > 0:
             iv[i, :, :k] = torch.from_numpy(g.drafts[start:stop]).to(ids.dtype)
     s.positions, s.draft_token_ids = pos, ids
+    s.request_ids = _copy_ids(step, r, m * len(groups), context)
     return s
+
+
+def _copy_ids(step: Step, r: int, copies: int, context: list[int]) -> torch.Tensor:
+    """Request ids for ``copies`` copies of request r then the ``context`` requests (their recorded ids): a
+    step's ids are unique (docs/FIXTURES.md), and an impl (an ``exec:`` program) may check it. The copies take
+    the smallest ids >= 0 that no context request holds."""
+    taken = set(step.request_ids[context].tolist())
+    ids: list[int] = []
+    candidate = 0
+    while len(ids) < copies:
+        if candidate not in taken:
+            ids.append(candidate)
+        candidate += 1
+    return torch.cat([torch.tensor(ids, dtype=torch.int64), step.request_ids[context].to(torch.int64)])
 
 
 def run_groups(step: Step, r: int, impl: Any, groups: list[Group], device: torch.device, index: int | None = None,

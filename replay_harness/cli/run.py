@@ -116,7 +116,7 @@ def run(
             print(dumps(doc))
     else:
         _print_table(impl, against, paths, results, str(dev))
-        _print_summary(impl, against, paths, results, code, routes_only, str(dev))
+        _print_summary(impl, against, paths, results, code, routes_only, str(dev), impl_arg)
     raise typer.Exit(code)
 
 
@@ -155,8 +155,10 @@ def _run_chosen(recs: list, chosen: list[list[int]], sampler, other, dev, on_ste
 
 
 def _print_summary(impl: str, against: str, paths: List[str], results: list, code: int, routes_only: bool,
-                   device: str) -> None:
-    """The verdict line: PASS / FAIL / INCONCLUSIVE with the counts, and where to go when inconclusive."""
+                   device: str, impl_arg: List[str] | None = None) -> None:
+    """The verdict line: PASS / FAIL / INCONCLUSIVE with the counts, and where to go when inconclusive: `replay
+    verify` of the side whose tokens went untested (the ``exec:`` program when only ``--against`` is one), with
+    the ``--impl-arg`` values that side got."""
     from replay_harness.compare.diff import Comparison
 
     total = Comparison()
@@ -165,13 +167,18 @@ def _print_summary(impl: str, against: str, paths: List[str], results: list, cod
         total.tokens_matched += c.tokens_matched
         total.tokens_not_compared += c.tokens_not_compared
         total.stochastic_skipped += c.stochastic_skipped
+        total.skipped_unrouted += c.skipped_unrouted
     line = f"{_VERDICT[code]}: {impl} against {against} on {device}: {total.summary(routes_only)}"
     if code == EXIT_INCONCLUSIVE:
         import shlex
 
-        line += (f"; no pass: run `replay verify {' '.join(map(shlex.quote, paths[:3]))}"
-                 f"{' ...' if len(paths) > 3 else ''} --impl {shlex.quote(impl)}` to test them statistically, or "
-                 f"pass --routes-only to accept routes, refusals and greedy tokens alone")
+        odd = against if against.startswith("exec:") and not impl.startswith("exec:") else impl
+        args = "".join(f" --impl-arg {shlex.quote(a)}" for a in impl_arg or [])
+        verify = (f"`replay verify {' '.join(map(shlex.quote, paths[:3]))}{' ...' if len(paths) > 3 else ''} "
+                  f"--impl {shlex.quote(odd)}{args}`")
+        line += (f"; no pass: run {verify} to test them statistically" + (
+            f", or report routes from {impl} (no route, -1, checks nothing)" if routes_only else
+            ", or pass --routes-only to accept routes, refusals and greedy tokens alone"))
     out.print(line, soft_wrap=True)
 
 
@@ -270,8 +277,11 @@ def _print_table(impl: str, against: str, paths: List[str], results: list, devic
         if c.refused:
             out.print(f"{path}: {impl} refused {len(c.refused)} request-steps; request ids "
                       f"{ids(sorted({r for _, r in c.refused}))}")
-        for note in sorted(set(n for n in c.notes if "refused" not in n))[:5]:
+        notes = list(dict.fromkeys(c.notes))  # the comparison's own first, then the impl's (why it refused ...)
+        for note in notes[:5]:
             out.print(f"{path}: note: {note}")
+        if len(notes) > 5:
+            out.print(f"{path}: {len(notes) - 5} more notes (--json lists them all)")
         if c.divergences:
             d = (c.real_divergences or c.divergences)[0]
             kind = "floating-point near-tie" if d.near_tie else "route difference" if d.position is None \

@@ -50,6 +50,7 @@ class Comparison:
     tokens_matched: int = 0
     stochastic_skipped: int = 0  # requests not compared token by token (RNG contracts differ)
     tokens_not_compared: int = 0  # their tokens: a stochastic token the comparison could not check
+    skipped_unrouted: int = 0  # of those requests, the ones the impl under test gave no route (-1): nothing checked
     divergences: list[Divergence] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)          # impl under test
     against_violations: list[Violation] = field(default_factory=list)  # the other side (e.g. the engine)
@@ -84,7 +85,8 @@ class Comparison:
         ask for routes only) or "pass" (exit codes 1, 4, 0; docs/VERIFY.md, "Verdicts")."""
         if not self.ok:
             return "fail"
-        return "inconclusive" if self.tokens_not_compared and not routes_only else "pass"
+        unchecked = self.skipped_unrouted if routes_only else self.tokens_not_compared
+        return "inconclusive" if unchecked else "pass"
 
     def summary(self, routes_only: bool = False) -> str:
         """The summary line's counts: tokens compared, matched and not compared."""
@@ -92,6 +94,8 @@ class Comparison:
         if self.tokens_not_compared:
             text += (f", {self.tokens_not_compared} stochastic token(s) in {self.stochastic_skipped} request-step(s) "
                      f"not compared (RNG contracts differ{': routes only, as asked' if routes_only else ''})")
+        if routes_only and self.skipped_unrouted:
+            text += f"; {self.skipped_unrouted} of those request-step(s) came without a route: nothing was checked"
         return text
 
     def merge(self, later: "Comparison") -> "Comparison":
@@ -110,6 +114,7 @@ class Comparison:
             "requests_matched": self.requests_matched, "tokens_compared": self.tokens_compared,
             "tokens_matched": self.tokens_matched, "stochastic_requests_not_compared": self.stochastic_skipped,
             "tokens_not_compared": self.tokens_not_compared, "inconclusive": self.inconclusive,
+            "stochastic_requests_without_route": self.skipped_unrouted,
             "divergent_requests": len(self.divergences), "near_ties": self.near_ties,
             "first_divergence": asdict(first) if first else None,
             "first_real_divergence": asdict(first_real) if first_real else None,
@@ -146,6 +151,7 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
         if not exact_stochastic and float(step.temperature[r]) != 0.0:
             cmp.stochastic_skipped += 1
             cmp.tokens_not_compared += max(int(a.counts[r]), int(b.counts[r]), 1)
+            cmp.skipped_unrouted += routes_a[r] == "unknown"
             continue
         n = max(int(a.counts[r]), int(b.counts[r]))
         same = ta[r, :n] == tb[r, :n]

@@ -15,6 +15,9 @@ requires_cuda  True if it cannot run on the CPU (Triton impls run under TRITON_I
 cpu_only       True if it wants CPU tensors whatever ``--device`` says (torch oracles that loop
                per request in Python, external programs that read files); see :func:`place`
 external       True if it runs outside this process (its self-reported timing is the one to use)
+keeps_inputs   True if ``sample`` never writes into the step's tensors; otherwise (the default, since engines'
+               samplers divide logits in place: vLLM's apply_temperature) :func:`place` hands it a copy, so
+               neither the other side of a comparison nor the expected routes see what it wrote
 timeout        seconds an external program may take per step (None: not external / default)
 
 Hooks
@@ -29,6 +32,7 @@ close()                             release processes or files; called once when
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -36,7 +40,7 @@ import torch
 from replay_harness.recording.step import SampleResult, Step
 
 HOOK_DEFAULTS = {"rng_contract": "unknown", "requires_cuda": False, "cpu_only": False, "external": False,
-                 "timeout": None, "description": ""}
+                 "keeps_inputs": False, "timeout": None, "description": ""}
 
 
 class Sampler:
@@ -48,6 +52,7 @@ class Sampler:
     requires_cuda: bool = False
     cpu_only: bool = False
     external: bool = False
+    keeps_inputs: bool = False
     timeout: float | None = None
 
     def sample(self, step: Step) -> SampleResult:
@@ -145,5 +150,11 @@ def placement(impl: Sampler, device: torch.device) -> torch.device:
 
 
 def place(step: Step, impl: Sampler, device: torch.device) -> Step:
-    """``step`` on the device ``impl`` runs on (the one placement rule, used by every caller)."""
-    return step.to(placement(impl, device))
+    """``step`` on the device ``impl`` runs on (the one placement rule, used by every caller): tensors of its
+    own unless the impl declares ``keeps_inputs`` (a move to another device copies already)."""
+    placed = step.to(placement(impl, device))
+    if getattr(impl, "keeps_inputs", False) or placed.logits.data_ptr() != step.logits.data_ptr() \
+            or step.logits.numel() == 0:
+        return placed
+    fields = {f.name: getattr(placed, f.name) for f in dataclasses.fields(placed)}
+    return Step(**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})

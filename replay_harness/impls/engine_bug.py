@@ -66,6 +66,7 @@ class GreedyOnlySampler(Sampler):
     description = "reproduces the engine bug: every speculative step verified greedily, whatever the temperature"
     rng_contract = "mrv2"
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
+    keeps_inputs = True  # reads the step only (tests/test_impls.py checks)
 
     def __init__(self) -> None:
         self._kernels = None
@@ -105,6 +106,7 @@ class GuardedSampler(Sampler):
     description = "the small fix: greedy verify at temperature 0, temperature > 0 under drafts refused by name"
     rng_contract = "mrv2"
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
+    keeps_inputs = True  # reads the step only (tests/test_impls.py checks)
 
     def sample(self, step: Step) -> SampleResult:
         result = _plain_samples(step)

@@ -29,6 +29,8 @@ class _KernelImpl:
     """First base of each impl below: ``prepare`` turns the step into a batch for the kernel sampler's own;
     ``sample`` and ``result`` are :class:`LaunchSampler`'s (a SampleResult); ``launch`` is the kernel sampler's."""
 
+    keeps_inputs = True  # the kernels read the step and write only their own outputs (tests/test_impls.py checks)
+
     def prepare(self, step: Step) -> Any:
         return super().prepare(batch_of(step))
 

@@ -14,6 +14,7 @@ class ReferenceSampler(Sampler):
     description = "pure torch oracle, Model Runner V2 semantics (greedy and stochastic verify per request)"
     rng_contract = "mrv2"
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
+    keeps_inputs = True  # reads the step only (tests/test_impls.py checks)
 
     def process(self, step: Step) -> torch.Tensor:
         """[N, V] float32 target rows after sampling params (a hook: tests/broken_impls.py overrides it)."""
