@@ -152,7 +152,7 @@ def test_rotation_gives_every_call_a_cold_unshared_copy():
     step = random_step(torch.Generator().manual_seed(2), TINY)
     log = []
     sides = [Side("A", "fake", _LogLaunch("A", log)), Side("B", "fake", _LogLaunch("B", log))]
-    calls = {s.key: _callables(s, step, 8)[0] for s in sides}
+    calls = {s.key: _callables(s, step, 8, 0)[0] for s in sides}
     time_calls(calls, {"A": "cpu-wall", "B": "cpu-wall"}, repeats=4, warmup=2, flush=lambda: log.append("flush"))
     assert log.index("flush") == 4 and all(isinstance(x, tuple) for x in log[:4])  # after all warm-up calls
     ptrs = {k: [p for e in log if e != "flush" and e[0] == k for p in e[1:]] for k in "AB"}

@@ -33,6 +33,7 @@ from replay_harness.bench.environment import environment
 from replay_harness.bench.overrides import Overrides, apply_overrides
 from replay_harness.bench.timing import bootstrap_ratio, flush_l2, l2_bytes, quantiles, rotation_count, time_calls
 from replay_harness.impls.contract import Sampler, as_sampler, placement
+from replay_harness.impls.external import sample_at
 from replay_harness.recording.step import ROUTES, SampleResult, Step
 
 MIN_CI_STEPS = 5  # fewer (sub-)steps than this: the ratio's CI comes with a caveat
@@ -182,9 +183,10 @@ def _copy_inputs(step: Step) -> Step:
                                draft_logits=None if step.draft_logits is None else step.draft_logits.clone())
 
 
-def _callables(side: Side, step: Step, copies: int) -> tuple[list[Callable[[], Any]], list]:
+def _callables(side: Side, step: Step, copies: int, index: int) -> tuple[list[Callable[[], Any]], list]:
     """``copies`` zero-argument calls of what is timed (each on its own copy of the inputs), and a list
-    that ``sample`` calls append their results' self_reported_us to.
+    that ``sample`` calls append their results' self_reported_us to. ``index``: the recording's step number
+    (what an external impl's messages quote).
 
     Every copy is a fresh clone, never ``step``'s own tensors: A's and B's steps often share the recorded
     logits (overrides change parameters only), so a shared copy would let the second side of a round read
@@ -198,7 +200,7 @@ def _callables(side: Side, step: Step, copies: int) -> tuple[list[Callable[[], A
         return [(lambda st=st: impl.launch(st)) for st in states], reported
 
     def call(s):
-        res = impl.sample(s)
+        res = sample_at(impl, s, index)
         reported.append(res.self_reported_us)
         return res
 
@@ -208,8 +210,9 @@ def _callables(side: Side, step: Step, copies: int) -> tuple[list[Callable[[], A
 # -- one (sub-)step ----------------------------------------------------------------------------------------
 
 
-def _coverage_call(s: Side, st: Step, device: torch.device, cov: SideCoverage) -> SampleResult:
-    """One untimed call of what is timed, under the kernel counter; returns its SampleResult.
+def _coverage_call(s: Side, st: Step, device: torch.device, cov: SideCoverage, index: int) -> SampleResult:
+    """One untimed call of what is timed, under the kernel counter; returns its SampleResult (``index``: the
+    recording's step number, for an external impl's messages).
 
     launch-timed impls: prepare + launch once; the result is built from the state's routes (our Triton
     impls keep them there) or, without them, from a separate ``sample`` call.
@@ -223,7 +226,7 @@ def _coverage_call(s: Side, st: Step, device: torch.device, cov: SideCoverage) -
             holder["out"] = s.impl.launch(holder["state"])
     else:
         def once():
-            holder["result"] = s.impl.sample(st)
+            holder["result"] = sample_at(s.impl, st, index)
     with torch.inference_mode():
         if s.external:
             once()
@@ -242,7 +245,7 @@ def _coverage_call(s: Side, st: Step, device: torch.device, cov: SideCoverage) -
         if "result" in holder:
             return holder["result"]
         result = s.impl.result(holder["state"], *holder["out"])  # None: the state does not say its routes
-        return result if result is not None else s.impl.sample(st)
+        return result if result is not None else sample_at(s.impl, st, index)
 
 
 def _count_routes(cov: SideCoverage, step: Step, result: SampleResult) -> list[str]:
@@ -265,12 +268,12 @@ def _bench_step(rec, data: str, index: int, group: str, base: Step, sides: list[
     steps = {s.key: apply_overrides(base, s.overrides).to(s.runs_on(device)) for s in sides}
     infos = {}
     for s in sides:
-        result = _coverage_call(s, steps[s.key], device, coverage[s.key])
+        result = _coverage_call(s, steps[s.key], device, coverage[s.key], index)
         infos[s.key] = (_count_routes(coverage[s.key], steps[s.key], result), int(result.counts.sum()))
     copies = rotation_count(max(step_bytes(st) for st in steps.values()), l2, warm_l2)
     calls, reported, clocks = {}, {}, {}
     for s in sides:
-        calls[s.key], reported[s.key] = _callables(s, steps[s.key], copies)
+        calls[s.key], reported[s.key] = _callables(s, steps[s.key], copies, index)
         clocks[s.key] = "cuda-events" if s.runs_on(device).type == "cuda" and s.impl.launchable else "cpu-wall"
     flush = None if warm_l2 or not l2 else (lambda: flush_l2(device, 2 * l2))
     with torch.inference_mode():

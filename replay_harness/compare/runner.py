@@ -11,6 +11,7 @@ from replay_harness.compare.diff import Comparison, compare_step, recorded_resul
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls import get_impl
 from replay_harness.impls.contract import Sampler, place, placement
+from replay_harness.impls.external import sample_at
 from replay_harness.recording.prefetch import ReadStats, units_ahead
 from replay_harness.recording.store import Recording, StepRecord
 
@@ -110,9 +111,9 @@ def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, agai
     ``against``, as ``start_comparison`` returned it) and fold it into ``cmp``."""
     record = rec[index] if record is None else record
     with torch.inference_mode() if device.type == "cuda" else nullcontext():
-        got = _to_cpu(impl.sample(place(record.step, impl, device)))
+        got = _to_cpu(sample_at(impl, place(record.step, impl, device), record.index))
         want = recorded_result(record.emitted) if against == "recorded" else \
-            _to_cpu(against.sample(place(record.step, against, device)))
+            _to_cpu(sample_at(against, place(record.step, against, device), record.index))
     compare_step(cmp, record.index, record.step, got, want, exact_stochastic=exact)
     return cmp
 

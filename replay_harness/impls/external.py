@@ -7,13 +7,15 @@ docs/EXTERNAL.md is the normative description; in short:
 * the program's first stdout line is a JSON handshake
   ``{"protocol": "replay.exec/1", "name": ..., "rng_contract": ...}``;
 * per step the harness writes the step to a temp file in the fixture step format (safetensors, the tensor
-  names of docs/FIXTURES.md, no ``emitted_*`` tensors) and sends its absolute path as one line on stdin;
+  names of docs/FIXTURES.md, no ``emitted_*`` tensors; a fresh file renamed onto the step path, so nothing
+  the program left there is opened) and sends its absolute path as one line on stdin;
 * the program answers one JSON line: ``{"tokens": [[...]], "counts": [...], "routes": [...],
   "kernel_us": 12.5, "notes": [...]}`` (or ``{"error": "..."}``);
 * EOF on stdin means exit.
 
 Every failure of the program (no or bad handshake, crash, hang past the timeout, a reply that is not
-JSON, a wrong shape or value, a reply line or a stderr flood over its cap) raises :class:`ExternalImplError`
+JSON, a wrong shape or value, a second reply line to one step, a temp folder removed or replaced, a reply
+line or a stderr flood over its cap) raises :class:`ExternalImplError`
 (exit code 3) with one line naming the program, the step and what went wrong, quoting the last lines of its
 stderr. The process group is killed (SIGKILL) on every exit path: an error, an exception or Ctrl-C while
 waiting for the program, :meth:`ExecSampler.close`, garbage collection, and :func:`kill_all` (which the
@@ -24,6 +26,7 @@ last ``STDERR_KEPT`` (64 KiB) of stderr kept (the rest read and dropped), and at
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -32,6 +35,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import weakref
@@ -42,17 +46,23 @@ import torch
 
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls.contract import Sampler
-from replay_harness.impls.external_io import EOF, LIVE, LIVE_LOCK, OVERFLOW, StderrTail, pump_lines, pump_stderr
-from replay_harness.impls.external_io import kill_all  # noqa: F401 (re-exported: cli.main calls external.kill_all)
+from replay_harness.impls.external_io import (EOF, LIVE, LIVE_LOCK, OVERFLOW, StderrTail, Unread, finish, folder_id,
+                                              pipe_bytes, pump_lines, pump_stderr, shutdown, write_fresh)
+from replay_harness.impls.external_io import kill_all as kill_all_groups
 from replay_harness.limits import MAX_REPLY_BYTES, MAX_STDERR_BYTES, value
 from replay_harness.recording.schema import ROUTE_CODE, ROUTES
 from replay_harness.recording.step import SampleResult, Step
 from replay_harness.recording.store import encode_step, load_step_file, step_from_tensors, step_metadata, step_tensors
 
+STEP_FILE = "step.safetensors"  # the name of the step file in the temp folder
+REFUSED = ROUTE_CODE["refused"]
+TAMPERED = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM)  # the temp folder was changed
 PROTOCOL = "replay.exec"
 PROTOCOL_MAJOR = 1
 HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_REPLY_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 1e6        # the longest --impl-timeout (and handshake timeout) taken: about 11.6 days
+CLOSE_CHECK_S = 0.01       # at the end of a recording, how long a second reply line to the last step is awaited
 CLOSE_GRACE_S = 2.0        # after EOF on stdin, how long the program may take to exit before SIGKILL
 STDERR_LINES_QUOTED = 3    # last stderr lines quoted in an error
 MAX_QUOTE = 300            # characters of a bad line quoted in an error
@@ -60,7 +70,9 @@ MAX_QUOTE = 300            # characters of a bad line quoted in an error
 
 class ExternalImplError(EnvironmentProblem):
     """The external program failed (exit code 3). ``reason`` is one of: handshake, crash, timeout,
-    garbage, shape, value, reported (the program replied with an error)."""
+    garbage (not a JSON object, or a second reply line to one step), shape, value, reported (the program
+    replied with an error), overflow (a stdout line or stderr past its cap), step-file (the temp folder was
+    removed or replaced, or the step file could not be written there)."""
 
     def __init__(self, message: str, reason: str):
         self.reason = reason
@@ -87,6 +99,19 @@ def read_step_file(path: str | os.PathLike) -> tuple[Step, int]:
 # --------------------------------------------------------------------------
 # The sampler
 # --------------------------------------------------------------------------
+
+
+def check_timeout(seconds: Any, what: str = "--impl-timeout") -> float:
+    """``seconds`` as a float in (0, MAX_TIMEOUT_S]; anything else (inf, nan, a huge number, not a number) is a
+    usage error (exit 2): waits on the program's pipes take no longer timeout than that."""
+    try:
+        value_s = float(seconds)
+    except (TypeError, ValueError):
+        value_s = math.nan
+    if not 0 < value_s <= MAX_TIMEOUT_S:
+        got = f"{value_s:g}" if not math.isnan(value_s) or isinstance(seconds, float) else repr(seconds)
+        raise UsageError(f"{what} must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:,.0f}, got {got}")
+    return value_s
 
 
 def parse_command(spec: str, impl_args: list[str] | None) -> list[str]:
@@ -118,20 +143,26 @@ class ExecSampler(Sampler):
 
     cpu_only = True
     external = True  # runs in another process: in-process kernel counters cannot see it
+    keeps_inputs = True  # it reads the step to write the step file: the program gets a file of its own
 
     def __init__(self, spec: str, impl_args: list[str] | None = None, *, timeout: float = DEFAULT_REPLY_TIMEOUT_S,
                  handshake_timeout: float = HANDSHAKE_TIMEOUT_S):
         self.spec = spec
         self.label = f"exec:{spec}"
+        self.timeout = timeout  # checked: (0, MAX_TIMEOUT_S]
+        handshake_timeout = check_timeout(handshake_timeout, "the handshake timeout")
         self.argv = parse_command(spec, impl_args)
-        self.timeout = float(timeout)
         self._tmpdir = tempfile.mkdtemp(prefix="replay-exec-")
+        self._tmpid = folder_id(self._tmpdir)
         self.max_reply, self.max_stderr = value(MAX_REPLY_BYTES), value(MAX_STDERR_BYTES)
         self._err = StderrTail(self.max_stderr)  # the last STDERR_KEPT bytes; the flood guard
         self._discard = threading.Event()  # the program is being stopped: stdout lines are read and dropped
         self._lines: queue.Queue = queue.Queue(maxsize=1)  # with the line in the reader's hands: 2 held at most
+        self._unread = Unread()  # what the reader holds past the line it queued last
         self._closed = False
         self._steps_sent = 0
+        self._held: object = None  # EOF / OVERFLOW taken while looking for a second reply line: the next read's
+        self._answered = ""  # the step whose reply was the last line read ("" before the first reply)
         try:
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True)
@@ -142,9 +173,9 @@ class ExecSampler(Sampler):
         with LIVE_LOCK:
             LIVE[self._proc.pid] = self._proc
         # killed and cleaned up when garbage-collected or, at the latest, at interpreter exit
-        self._finalizer = weakref.finalize(self, _finish, self._proc, self._tmpdir, self._discard)
-        threading.Thread(target=pump_lines, args=(self._proc, self._lines, self.max_reply, self._discard),
-                         name="replay-exec-stdout", daemon=True).start()
+        self._finalizer = weakref.finalize(self, finish, self._proc, self._tmpdir, self._discard)
+        threading.Thread(target=pump_lines, args=(self._proc, self._lines, self.max_reply, self._discard,
+                                                  self._unread), name="replay-exec-stdout", daemon=True).start()
         self._stderr_thread = threading.Thread(target=pump_stderr, args=(self._proc, self._err),
                                                name="replay-exec-stderr", daemon=True)
         self._stderr_thread.start()
@@ -159,13 +190,25 @@ class ExecSampler(Sampler):
         self.description = str(hs.get("description") or f"external program {self.argv[0]} ({self.name})")
         self.handshake = hs
 
+    @property
+    def timeout(self) -> float:
+        """Seconds to wait for each step's reply (``--impl-timeout``); set to a number in (0, MAX_TIMEOUT_S]."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._timeout = check_timeout(seconds)
+
     # -- lifecycle --------------------------------------------------------
 
     def close(self) -> None:
         """EOF on the program's stdin, wait briefly for it to exit, then kill its process group; remove
-        the temp folder. Idempotent."""
+        the temp folder. Idempotent. Unless an exception is on its way: ExternalImplError when the program
+        sent a second reply line to its last step."""
         if self._closed:
             return
+        if sys.exc_info()[0] is None:
+            self._check_one_reply(CLOSE_CHECK_S)
         self._closed = True
         self._finalizer.detach()
         self._discard.set()
@@ -173,13 +216,13 @@ class ExecSampler(Sampler):
             self._lines.get_nowait()
         except queue.Empty:
             pass
-        _shutdown(self._proc, self._tmpdir, CLOSE_GRACE_S)
+        shutdown(self._proc, self._tmpdir, CLOSE_GRACE_S)
 
     def _kill(self) -> None:
         self._closed = True
         self._discard.set()  # the stdout reader drops what is left and ends with the program
         self._finalizer.detach()
-        _shutdown(self._proc, self._tmpdir, 0.0)
+        shutdown(self._proc, self._tmpdir, 0.0)
 
     def __enter__(self) -> "ExecSampler":
         return self
@@ -189,6 +232,8 @@ class ExecSampler(Sampler):
 
     def begin_recording(self, label: str) -> None:
         """Step numbers in messages restart at 0 and name ``label`` (the runner sends steps in order)."""
+        if not self._closed:
+            self._check_one_reply(CLOSE_CHECK_S)
         self._recording, self._steps_sent = str(label), 0
 
     # -- protocol -----------------------------------------------------------
@@ -218,7 +263,8 @@ class ExecSampler(Sampler):
 
     def _read_line(self, timeout: float, what: str, hint: str) -> str:
         try:
-            line = self._lines.get(timeout=timeout)
+            line = self._held if self._held is not None else self._lines.get(timeout=timeout)
+            self._held = None
         except queue.Empty:
             raise self._fail(f"no {what} within {timeout:g} s ({hint}); program killed", "timeout") from None
         except BaseException:  # Ctrl-C, SIGTERM: the program goes first
@@ -234,6 +280,26 @@ class ExecSampler(Sampler):
             raise self._fail(f"program {self._exit_text()} before sending its {what}", "crash")
         self._err.window = 0
         return line
+
+    def _check_one_reply(self, wait: float = 0.0) -> None:
+        """ExternalImplError when more stdout followed the last reply (a second line would be taken for the next
+        step's reply and shift every later one): a queued line, bytes the reader holds past the reply, bytes
+        in the pipe (waiting up to ``wait`` s for a line). What the program writes after replay has sent the next
+        step cannot be told from that step's reply. An EOF or an overlong line found here is kept for the next
+        read, which reports it."""
+        if not self._answered or self._held is not None:
+            return
+        try:
+            item = self._lines.get(timeout=wait) if wait > 0 else self._lines.get_nowait()
+        except queue.Empty:
+            item = None
+        if item is not None and not isinstance(item, str):
+            self._held = item
+            return
+        extra = self._unread.bytes + pipe_bytes(self._proc.stdout) if item is None else 0
+        if item is not None or extra:
+            next_one = f"the next one is {_clip(item)!r}" if item is not None else f"{extra} more bytes on stdout"
+            raise self._fail(f"more than one reply line for {self._answered}: {next_one}", "garbage")
 
     def _handshake(self, timeout: float) -> dict[str, Any]:
         line = self._read_line(timeout, "handshake", "the first stdout line must be the JSON handshake")
@@ -263,16 +329,25 @@ class ExecSampler(Sampler):
         index = self._steps_sent if index is None else index
         self._steps_sent += 1
         where = f"step {index}" + (f" of {self._recording}" if self._recording else "")
-        path = os.path.join(self._tmpdir, "step.safetensors")
-        write_step_file(step.to("cpu"), path, index)
+        try:  # a fresh file renamed onto the path: a FIFO or symlink the program left there is never opened
+            path = write_fresh(self._tmpdir, self._tmpid, STEP_FILE,
+                               encode_step(step_tensors(step.to("cpu")), step_metadata(int(index))))
+        except OSError as e:  # gone, a symlink, another folder, made read-only: the program's doing
+            blame = ": the program must not remove, replace or change that folder" if e.errno in TAMPERED else ""
+            raise self._fail(f"cannot write {where} to the temp folder {self._tmpdir} ({e.strerror or e}){blame}",
+                             "step-file") from None
+        self._check_one_reply()  # the last step's: a second line now would be taken for this step's reply
         try:
             self._proc.stdin.write((path + "\n").encode())
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._fail(f"program {self._exit_text()} before {where} was sent", "crash") from None
         line = self._read_line(self.timeout, f"reply to {where}", "--impl-timeout")
+        self._answered = where
         try:
-            return self._parse_reply(line, step, where)
+            result = self._parse_reply(line, step, where)
+            self._check_one_reply()
+            return result
         except BaseException as e:
             if not isinstance(e, ExternalImplError):
                 self._kill()  # Ctrl-C while parsing a huge reply: the program goes first
@@ -286,7 +361,7 @@ class ExecSampler(Sampler):
             doc = None
         if not isinstance(doc, dict):
             raise self._fail(f"{where} is not a JSON object: {_clip(line)!r}", "garbage")
-        if "error" in doc:
+        if doc.get("error") is not None:  # null: no error (what Go's and Rust's serialisers write)
             raise self._fail(f"program reported an error on {step_where}: {_clip(str(doc['error']))}", "reported")
         r, k = step.num_requests, step.max_drafts
         for key in ("tokens", "counts", "routes"):
@@ -317,6 +392,9 @@ class ExecSampler(Sampler):
             c = counts[i]
             if not 0 <= c <= ks[i] + 1:
                 raise self._fail(f"{where}: counts[{i}] = {c} outside [0, k+1] = [0, {ks[i] + 1}]", "value")
+            if (codes[i] == REFUSED and c != 0) or (c == 0 and codes[i] not in (REFUSED, -1)):
+                raise self._fail(f"{where}: routes[{i}] = {routes[i]!r} with counts[{i}] = {c} (count 0 if and only "
+                                 "if the route is refused, or -1 unknown)", "value")
             row = tokens[i]
             if any(not 0 <= t < v for t in row[:c]) or any(t != -1 for t in row[c:]):
                 raise self._fail(f"{where}: tokens[{i}] = {row} must hold {c} ids in [0, {v}) then -1", "value")
@@ -351,42 +429,14 @@ def _clip(text: str, limit: int = MAX_QUOTE) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def kill_all() -> None:
+    """SIGKILL the process group of every running program at once (external_io.kill_all): cli.main calls it."""
+    kill_all_groups()
+
+
 def sample_at(impl: Sampler, step: Step, index: int | None) -> SampleResult:
     """``impl.sample(step)``; an external impl is told ``index``, the recording's step number, so its
     messages quote that step (callers that send one step many times, like `replay verify`, use this)."""
     if index is not None and isinstance(impl, ExecSampler):
         return impl.sample(step, index)
     return impl.sample(step)
-
-
-def _finish(proc: subprocess.Popen, tmpdir: str, discard: threading.Event) -> None:
-    """The finalizer (garbage collection, interpreter exit): the stdout reader lets go, the group is killed."""
-    discard.set()
-    _shutdown(proc, tmpdir, 0.0)
-
-
-def _shutdown(proc: subprocess.Popen, tmpdir: str, grace: float) -> None:
-    """Close stdin (EOF = exit), wait ``grace`` seconds, then SIGKILL the process group; remove ``tmpdir``."""
-    try:
-        if proc.stdin and not proc.stdin.closed:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-        if proc.poll() is None and grace > 0:
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # the program and anything it started (also when the program itself has exited: its group lives on)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            pass
-    finally:
-        with LIVE_LOCK:
-            LIVE.pop(proc.pid, None)
-        shutil.rmtree(tmpdir, ignore_errors=True)

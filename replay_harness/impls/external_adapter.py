@@ -10,7 +10,10 @@ the name of a registered impl (``reference``, ``guarded``, an entry point). Then
 The adapter prints the handshake (the impl's name and rng_contract), then answers each step path read
 from stdin with one JSON reply line; ``kernel_us`` is the wall time of ``impl.sample(step)``. An
 exception inside the impl becomes an ``{"error": ...}`` reply (the harness exits 3 with it).
-Everything else the impl prints goes to stderr, so stdout carries only protocol lines.
+Everything else written to stdout goes to stderr, so the protocol pipe carries only protocol lines: at
+start the adapter keeps the real stdout on a private file descriptor and points fd 1 at stderr (``dup2``),
+so Python prints, native writes to fd 1 (a C extension's banner at import, ``os.write(1, ...)``) and the
+stdout of child processes all land on stderr.
 """
 from __future__ import annotations
 
@@ -54,10 +57,20 @@ def reply_for(impl: Sampler, path: str, device: torch.device) -> dict:
             "routes": res.routes.cpu().tolist(), "notes": list(res.notes), "kernel_us": us}
 
 
+def private_stdout():
+    """A text stream on a private duplicate of fd 1 (the protocol pipe); fd 1 itself then points at stderr, so
+    whatever else writes to stdout, natively or from Python, cannot reach the protocol pipe."""
+    sys.stdout.flush()
+    proto = os.fdopen(os.dup(1), "w", encoding="utf-8")  # os.dup: not inherited by child processes
+    os.dup2(2, 1)
+    return proto
+
+
 def serve(target: str, stdin=None, stdout=None) -> int:
-    """Run the protocol loop until EOF on ``stdin``; returns the exit status."""
+    """Run the protocol loop until EOF on ``stdin``; returns the exit status. Without ``stdout`` the
+    protocol goes to the process's real stdout, kept private (:func:`private_stdout`)."""
     stdin = stdin or sys.stdin
-    proto = stdout or sys.stdout
+    proto = stdout or private_stdout()
     with contextlib.redirect_stdout(sys.stderr):  # stray prints of the impl must not corrupt the protocol
         if not torch.cuda.is_available():
             os.environ.setdefault("TRITON_INTERPRET", "1")  # before any Triton kernel module is imported
