@@ -84,3 +84,114 @@ def test_a_manifest_source_that_is_not_an_object_is_refused_on_open(tmp_path, so
 def in_process(*args: str) -> tuple[int, str, str]:
     """`replay ARGS` through cli.main() in this process: (exit code, stdout, stderr)."""
     return main_inproc(*args)
+
+
+# ----------------------------------------------------------------------------- hostile recordings (2026-12-04)
+def _with_header(rec: Path, edit) -> Path:
+    """Step 0 of ``rec`` rewritten with its JSON header changed by ``edit(header)`` (data bytes kept)."""
+    path = rec / "steps" / "step-000000.safetensors"
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    edit(header)
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+    return path
+
+
+@pytest.mark.parametrize("case,field,says", [
+    ("million-dims", "__header__", "size its header claims"),   # was minutes: a quadratic product of the dims
+    ("offset-4000-digits", "__header__", "size its header claims"),  # was exit 3: too many digits to print
+    ("dtype-list", None, "truncated or corrupt"),                 # was exit 3: unhashable type 'list'
+    ("dtype-U32", "logits", "dtype U32 is not one the format stores"),  # was a bare KeyError, no field
+])
+def test_hostile_step_headers_are_exit_2_naming_the_field_in_bounded_time(tmp_path, case, field, says):
+    import time
+
+    rec = tmp_path / "rec"
+    shutil.copytree(REPO / "fixtures" / "synthetic-plain", rec)
+    edits = {"million-dims": lambda h: h["logits"].update(shape=[3] * 1_000_000),
+             "offset-4000-digits": lambda h: h["logits"].update(data_offsets=[0, 10 ** 4000]),
+             "dtype-list": lambda h: h["logits"].update(dtype=["F32"]),
+             "dtype-U32": lambda h: h["logits"].update(dtype="U32")}
+    _with_header(rec, edits[case])
+    t0 = time.perf_counter()
+    code, out, err = in_process("validate", str(rec))
+    assert time.perf_counter() - t0 < 20
+    assert code == 2 and "Traceback" not in err and "internal error" not in out + err, (code, out, err)
+    line = next(ln for ln in (out + err).splitlines() if "step-000000" in ln)
+    assert says in line and len(line) < 600 and (field is None or f"field '{field}'" in line), line
+
+
+@pytest.mark.parametrize("value", [[], {}, ["sha256"]])
+def test_a_digest_algorithm_that_is_not_a_string_is_refused(tmp_path, value):
+    rec = tmp_path / "rec"
+    shutil.copytree(REPO / "fixtures" / "synthetic-plain", rec)
+    manifest = json.loads((rec / "manifest.json").read_text())
+    (rec / "manifest.json").write_text(json.dumps({**manifest, "digest_algorithm": value}))
+    code, out, err = in_process("run", str(rec), "--impl", "reference")
+    assert code == 2 and "field 'digest_algorithm'" in err, (code, out, err)
+
+
+def test_a_folder_tree_deeper_than_python_s_recursion_limit_is_searched(tmp_path):
+    """Built and removed one level at a time: mkdir(parents=True) and shutil.rmtree recurse themselves (a tree
+    left behind would break pytest's cleanup of old temp folders)."""
+    import os
+
+    from replay_harness.recording.discover import find_recordings
+
+    deep = tmp_path / "tree"
+    folder, levels = deep, 1200
+    os.mkdir(deep)
+    for _ in range(levels):
+        folder = folder / "a"
+        os.mkdir(folder)
+    try:
+        shutil.copytree(REPO / "fixtures" / "synthetic-plain", folder / "rec")
+        assert find_recordings([str(deep)]) == [str(folder / "rec")]
+    finally:
+        shutil.rmtree(folder / "rec", ignore_errors=True)
+        for _ in range(levels + 1):
+            os.rmdir(folder)
+            folder = folder.parent
+
+
+def test_step_names_with_non_ascii_digits_are_not_steps(tmp_path):
+    rec = tmp_path / "rec"
+    shutil.copytree(REPO / "fixtures" / "synthetic-plain", rec)
+    last = sorted((rec / "steps").iterdir())[-1]
+    arabic = "step-" + "".join(chr(0x0660 + int(c)) for c in last.name[5:11]) + ".safetensors"
+    last.rename(rec / "steps" / arabic)  # ignored, like any other name: the closed manifest now counts one short
+    with pytest.raises(InputError) as refused:
+        Recording(rec)
+    assert refused.value.field == "num_steps"
+
+
+def test_json_documents_are_strict_json():
+    """An infinite decision margin (a draw with no second candidate) was written as `Infinity`."""
+    from replay_harness.cli.common import dumps
+
+    text = dumps({"margin": float("inf"), "nested": [float("nan"), 1.5], "ok": True})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {"margin": None, "nested": [None, 1.5],
+                                                                         "ok": True}
+
+
+def test_verify_and_audit_skip_a_draft_logits_row_with_no_distribution(tmp_path):
+    """An all -inf draft-logits row passes `validate` (its draft is then never acceptable), but q = softmax of it
+    is NaN: verify exited 3 (scipy refused p = nan) and audit reported a finding "expected nan"."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    rec = tmp_path / "rec"
+    shutil.copytree(REPO / "fixtures" / "synthetic-draft-logits", rec)
+    path = rec / "steps" / "step-000000.safetensors"
+    tensors = load_file(str(path))
+    from safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    tensors["draft_logits"][0] = float("-inf")
+    save_file(tensors, str(path), metadata=meta)
+    for command in (("verify", str(rec), "--impl", "reference", "--trials", "40"), ("audit", str(rec))):
+        code, out, err = in_process(*command)
+        assert code in (0, 1) and "internal error" not in out + err and "nan" not in (out + err).lower(), \
+            (command, code, out, err)

@@ -116,6 +116,11 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
             unit.status = "skipped"
             unit.notes.append("a target row has no finite logit after sampling params: no law to test against")
             continue
+        if not (np.isfinite(law.accept).all() and (law.q is None or np.isfinite(law.q).all())):
+            unit.status = "skipped"  # a draft-logits row all -inf, or one that overflows at the temperature
+            unit.notes.append("a draft-logits row gives no distribution after the temperature (all -inf, or "
+                              "overflowing): no law to test against")
+            continue
         _check_positions(unit, where, tokens, counts, law, name, step)
         if twins:
             _check_pairs(unit, where, "independence", first, other, law,

@@ -11,6 +11,7 @@ rich are imported, so ``replay`` starts fast; commands import torch inside their
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Annotated, Any, List, Optional
 
@@ -120,8 +121,21 @@ def warn_recording(rec: Any) -> None:
 
 
 def dumps(doc: Any, *, default: Any = None) -> str:
-    """A JSON document as every command prints it: indented, keys sorted (byte-identical run to run)."""
-    return json.dumps(doc, indent=2, sort_keys=True, default=default)
+    """A JSON document as every command prints it: indented, keys sorted (byte-identical run to run), strict
+    JSON: a non-finite number (an infinite decision margin: no second candidate) is written as null."""
+    convert = None if default is None else (lambda obj: _finite(default(obj)))
+    return json.dumps(_finite(doc), indent=2, sort_keys=True, default=convert, allow_nan=False)
+
+
+def _finite(doc: Any) -> Any:
+    """``doc`` with every float that is inf or NaN replaced by None (dicts, lists and tuples walked)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: _finite(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_finite(v) for v in doc]
+    return doc
 
 
 def print_json(doc: Any, *, default: Any = None, json_file: Optional[str] = None, stdout: bool = True) -> None:

@@ -5,7 +5,6 @@ prints (a table, or one JSON document with --json). torch comes in with it, insi
 """
 from __future__ import annotations
 
-import json
 from typing import List, Optional
 
 import typer
@@ -111,7 +110,7 @@ def run(
         write_json_file(json_file, dumps(doc))
     if as_json:
         if out.is_terminal:
-            out.print_json(json.dumps(doc, sort_keys=True))
+            out.print_json(dumps(doc))
         else:
             print(dumps(doc))
     else:

@@ -33,7 +33,7 @@ def algorithm_of(manifest: dict[str, Any]) -> str:
     """The digest algorithm a manifest names (``digest_algorithm``; absent: sha256). Unknown names are
     refused by ``validate.check_manifest``; here they read as sha256, so nothing else breaks on them."""
     name = manifest.get("digest_algorithm", LEGACY)
-    return name if name in ALGORITHMS else LEGACY
+    return name if isinstance(name, str) and name in ALGORITHMS else LEGACY
 
 
 def canonical_json(obj: Any) -> str:

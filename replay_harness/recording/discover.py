@@ -15,15 +15,20 @@ from replay_harness.recording.schema import MANIFEST
 
 
 def _walk(folder: Path) -> list[Path]:
-    if (folder / MANIFEST).exists():
-        return [folder]
+    """The recordings at or below ``folder``, depth first in sorted order (a stack, not recursion: a folder
+    tree a thousand levels deep is no RecursionError)."""
     found: list[Path] = []
-    try:
-        children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return found
-    for child in children:
-        found += _walk(child)
+    stack = [folder]
+    while stack:
+        here = stack.pop()
+        if (here / MANIFEST).exists():
+            found.append(here)
+            continue
+        try:
+            children = sorted(p for p in here.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            continue
+        stack.extend(reversed(children))
     return found
 
 

@@ -26,7 +26,7 @@ STEP_SCHEMA_ID = f"{STEP_SCHEMA}/{SCHEMA_MAJOR}"            # each step file's m
 # ----------------------------------------------------------------------------- layout on disk
 MANIFEST = "manifest.json"
 STEPS_DIR = "steps"
-STEP_RE = re.compile(r"^step-(\d{6,})\.safetensors$")
+STEP_RE = re.compile(r"^step-([0-9]{6,})\.safetensors$")  # ASCII digits only (\d takes any Unicode digit)
 METADATA_KEY = "replay"  # the one safetensors metadata key (one key keeps header order stable)
 
 

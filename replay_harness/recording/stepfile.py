@@ -32,7 +32,7 @@ from safetensors import safe_open
 from replay_harness.recording.digest import canonical_json, tensor_digest
 from replay_harness.recording.schema import METADATA_KEY
 
-__all__ = ["write_step_file", "encode_step", "read_step_file", "ExtraMetadata", "file_header", "DTYPES", "TMP_SUFFIX"]
+__all__ = ["write_step_file", "encode_step", "read_step_file", "StepFileProblem", "file_header", "DTYPES", "TMP_SUFFIX"]
 
 TMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target (an orphan: a killed writer)
 CHUNK_BYTES = 16 << 20      # bytes handed to one os.write / readinto call
@@ -175,18 +175,19 @@ def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str
     return value
 
 
-class ExtraMetadata(ValueError):
-    """A step file's ``__metadata__`` holds keys besides ``replay`` (docs/FIXTURES.md, "One step file")."""
+class StepFileProblem(ValueError):
+    """A step file safetensors reads but this format refuses, with the field to name: ``__metadata__`` holding
+    keys besides ``replay`` (docs/FIXTURES.md, "One step file"), or a tensor of a dtype outside the format's."""
 
-    def __init__(self, keys: list[str]):
-        super().__init__(f"__metadata__ holds more than the one key '{METADATA_KEY}': "
-                         f"{', '.join(repr(k)[:40] for k in keys[:3])}")
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
 
 
 def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor] | None = None
                    ) -> tuple[dict[str, torch.Tensor], str | None]:
-    """Every tensor of a step file and its raw ``replay`` metadata string (None if absent); ExtraMetadata when
-    ``__metadata__`` holds another key.
+    """Every tensor of a step file and its raw ``replay`` metadata string (None if absent); StepFileProblem when
+    ``__metadata__`` holds another key or a tensor's dtype is not one of :data:`DTYPES`.
 
     safetensors checks the header first (raises its own errors on a bad file: the caller reports them);
     then the data region is read once into ``alloc(nbytes)`` (a uint8 tensor; default ``torch.empty``, pass
@@ -197,7 +198,8 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
         names = list(f.keys())
     extra = sorted(k for k in metadata if k != METADATA_KEY)
     if extra:
-        raise ExtraMetadata(extra)
+        raise StepFileProblem(f"__metadata__ holds more than the one key '{METADATA_KEY}': "
+                              f"{', '.join(repr(k)[:40] for k in extra[:3])}", "__metadata__")
     raw_meta = metadata.get(METADATA_KEY)
     with open(file, "rb") as f:  # the header safetensors accepted, then the data region in one pass
         n = int.from_bytes(f.read(8), "little")
@@ -211,6 +213,10 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
             if not got:
                 raise ValueError(f"file shrank while read: {at} of {size} data bytes")
             at += got
+    for name in names:
+        if header[name]["dtype"] not in DTYPES:
+            raise StepFileProblem(f"dtype {header[name]['dtype']} is not one the format stores "
+                                  f"({', '.join(DTYPES)})", name[:60])
     tensors = {}
     for name in names:
         info = header[name]

@@ -30,7 +30,7 @@ from replay_harness.recording.schema import (MANIFEST, METADATA_KEY, OPTIONAL_FI
                                              RECORDING_SCHEMA_ID, SCHEMA_MAJOR, SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
                                              STEP_SCHEMA, STEP_SCHEMA_ID, STEPS_DIR, step_file_name)
 from replay_harness.recording.step import Step
-from replay_harness.recording.stepfile import (TMP_SUFFIX, ExtraMetadata, atomic_write, encode_step, in_digest_thread,
+from replay_harness.recording.stepfile import (TMP_SUFFIX, StepFileProblem, atomic_write, encode_step, in_digest_thread,
                                                read_step_file, write_step_file)
 from replay_harness.recording.validate import check_manifest, check_step
 
@@ -99,19 +99,26 @@ _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I1
                 "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
+_CLAIM_CAP = 2 ** 64  # past any limit: a claim is counted up to here (a product of a million dims, an offset of
+                     # 4,000 digits: bounded time, and a number the message can print)
+
+
 def _claimed_bytes(header: dict) -> int:
-    """The data bytes a safetensors JSON header claims: the largest end offset, or the tensors' sizes."""
+    """The data bytes a safetensors JSON header claims: the largest end offset, or the tensors' sizes (each
+    counted up to 2^64)."""
     claimed = 0
     for name, info in header.items():
         if name == "__metadata__" or not isinstance(info, dict):
             continue
-        offsets, shape = info.get("data_offsets"), info.get("shape")
+        offsets, shape, dtype = info.get("data_offsets"), info.get("shape"), info.get("dtype")
         if isinstance(offsets, list) and offsets and all(isinstance(o, int) for o in offsets):
-            claimed = max(claimed, *offsets)
+            claimed = max(claimed, min(max(offsets), _CLAIM_CAP))
         if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape):
-            n = _DTYPE_BYTES.get(info.get("dtype"), 1)
+            n = _DTYPE_BYTES.get(dtype, 1) if isinstance(dtype, str) else 1
             for d in shape:
-                n *= d
+                n = min(n * d, _CLAIM_CAP)
+                if n == 0 or n == _CLAIM_CAP:
+                    break
             claimed = max(claimed, n)
     return claimed
 
@@ -360,8 +367,8 @@ class Recording:
         check_step_file(file, index)
         try:
             tensors, raw_meta = load_step_file(file, alloc)
-        except ExtraMetadata as e:
-            raise InputError(file, str(e), step=index, field="__metadata__") from None
+        except StepFileProblem as e:
+            raise InputError(file, str(e), step=index, field=e.field) from None
         except Exception as e:  # safetensors raises its own error types for bad headers and short files
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise InputError(file, f"unreadable safetensors file (truncated or corrupt: {reason})", step=index) from None

@@ -198,7 +198,7 @@ def _manifest_value_problem(kind: str, value) -> str | None:
     if kind == "digest" and not (isinstance(value, str) and len(value) in HEX_DIGITS.values()
                                  and all(c in "0123456789abcdef" for c in value)):
         return "must be lowercase hex characters (64 for sha256, 32 for xxh3-128)"
-    if kind == "algorithm" and value not in ALGORITHMS:
+    if kind == "algorithm" and not (isinstance(value, str) and value in ALGORITHMS):
         return f"must be one of {', '.join(sorted(ALGORITHMS))}"
     if kind == "expected" and value != "reference":
         return 'must be "reference"'
