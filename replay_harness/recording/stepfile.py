@@ -11,9 +11,10 @@ rename over the target, fsync the folder: a crash loses at most the step in flig
 Tensors are laid out like safetensors' own writer lays them out (element size descending, then name), so
 every tensor starts at a multiple of its element size and a reader can view it in place.
 
-Reading (:func:`read_step_file`) lets safetensors check the header (every rule it enforces, its error
-messages), then reads the data region with one ``readinto`` pass into a single buffer (pinned when asked:
-the host-to-device copy then needs no second pass) and returns views into it.
+Reading: :func:`check_step_file` first (a regular file within the size limits, as its header claims them),
+then :func:`read_step_file` lets safetensors check the header (every rule it enforces, its error messages),
+reads the data region with one ``readinto`` pass into a single buffer (pinned when asked: the host-to-device
+copy then needs no second pass) and returns views into it.
 """
 from __future__ import annotations
 
@@ -29,10 +30,13 @@ from typing import Any, Callable
 import torch
 from safetensors import safe_open
 
+from replay_harness.errors import InputError
+from replay_harness.limits import MAX_MANIFEST_BYTES, MAX_STEP_BYTES, MAX_VOCAB, enforce, os_reason, regular_file
 from replay_harness.recording.digest import canonical_json, tensor_digest
 from replay_harness.recording.schema import METADATA_KEY
 
-__all__ = ["write_step_file", "encode_step", "read_step_file", "StepFileProblem", "file_header", "DTYPES", "TMP_SUFFIX"]
+__all__ = ["write_step_file", "encode_step", "read_step_file", "StepFileProblem", "check_step_file", "file_header",
+           "DTYPES", "TMP_SUFFIX"]
 
 TMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target (an orphan: a killed writer)
 CHUNK_BYTES = 16 << 20      # bytes handed to one os.write / readinto call
@@ -226,3 +230,62 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
             raw = raw.clone()
         tensors[name] = raw.view(dtype).reshape(info["shape"])
     return tensors, raw_meta
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+                "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+_CLAIM_CAP = 2 ** 64  # past any limit: a claim is counted up to here (a product of a million dims, an offset of
+                     # 4,000 digits: bounded time, and a number the message can print)
+
+
+def _claimed_bytes(header: dict) -> int:
+    """The data bytes a safetensors JSON header claims: the largest end offset, or the tensors' sizes (each
+    counted up to 2^64)."""
+    claimed = 0
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        offsets, shape, dtype = info.get("data_offsets"), info.get("shape"), info.get("dtype")
+        if isinstance(offsets, list) and offsets and all(isinstance(o, int) for o in offsets):
+            claimed = max(claimed, min(max(offsets), _CLAIM_CAP))
+        if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape):
+            n = _DTYPE_BYTES.get(dtype, 1) if isinstance(dtype, str) else 1
+            for d in shape:
+                n = min(n * d, _CLAIM_CAP)
+                if n == 0 or n == _CLAIM_CAP:
+                    break
+            claimed = max(claimed, n)
+    return claimed
+
+
+def check_step_file(file: Path, index: int) -> None:
+    """Before a step file is opened by safetensors: a regular file (not a FIFO, device or socket), within
+    REPLAY_MAX_STEP_BYTES on disk and as its header claims, with logits V within REPLAY_MAX_VOCAB.
+
+    Reads only the 8-byte length and the JSON header (itself capped like a manifest); a header safetensors
+    would reject anyway is left to it (the caller reports that as an unreadable file)."""
+    size = regular_file(file, step=index)
+    enforce(MAX_STEP_BYTES, size, file, step=index, claim="file size")
+    try:
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+            if n > size - 8 >= 0:  # a length past the end: say so, not safetensors' "header too large"
+                raise InputError(file, f"the header length says {n} bytes but {size - 8} follow it (truncated or "
+                                       "corrupt)", step=index, field="__header__")
+            if not 0 < n:
+                return
+            enforce(MAX_MANIFEST_BYTES, n, file, step=index, field="__header__", claim="JSON header size")
+            header = json.loads(f.read(n).decode("utf-8"))
+    except OSError as e:
+        raise InputError(file, f"cannot read ({os_reason(e)})", step=index) from None
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(header, dict):
+        return
+    enforce(MAX_STEP_BYTES, 8 + n + _claimed_bytes(header), file, step=index, field="__header__",
+            claim="size its header claims")
+    shape = header.get("logits", {}).get("shape") if isinstance(header.get("logits"), dict) else None
+    if isinstance(shape, list) and len(shape) == 2 and isinstance(shape[1], int):
+        enforce(MAX_VOCAB, shape[1], file, step=index, field="logits", claim="vocabulary size V")
