@@ -121,6 +121,25 @@ def test_sampling_params_order_and_untouched_rows():
         assert torch.equal(out[j], x)
 
 
+def test_sampling_params_in_row_chunks_give_the_same_bits(monkeypatch):
+    """apply_sampling_params filters rows in chunks of CHUNK_BYTES (bounded memory on a large step): one row a
+    chunk must give exactly what one chunk of every row gives, on steps with temperature, min-p, top-k, top-p,
+    greedy and untouched rows."""
+    from replay_harness.oracle import sampling_params
+
+    gen = torch.Generator().manual_seed(5)
+    case = Case("chunks", vocab_size=257, num_requests=9, max_drafts=3, temperatures=(0.0, 0.7, 1.0, 1.3),
+                features=frozenset({"top-k", "top-p", "min-p", "ties", "-inf"}))
+    for i in range(4):
+        step = random_step(gen, case, i)
+        whole = apply_sampling_params(step)
+        monkeypatch.setattr(sampling_params, "CHUNK_BYTES", 1)
+        rowwise = apply_sampling_params(step)
+        monkeypatch.setattr(sampling_params, "CHUNK_BYTES", 64 << 20)
+        assert torch.equal(whole.isnan(), rowwise.isnan())
+        assert torch.equal(whole.nan_to_num(), rowwise.nan_to_num())
+
+
 @pytest.mark.parametrize("vocab", [64, 1000])
 def test_batch_composition_does_not_change_tokens(vocab):
     """A request replayed alone and inside a batch of 64 gets the same tokens."""

@@ -50,8 +50,20 @@ def top_k_top_p_sorted(logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor) -
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 
+CHUNK_BYTES = 64 << 20  # float32 rows filtered at a time: the sort's values and int64 indices, the softmax and
+                       # cumsum exist for one chunk only (docs/HARDENING.md, "Limits checked against")
+
+
+def _row_chunks(rows: torch.Tensor, vocab_size: int) -> list[torch.Tensor]:
+    """The indices of the rows where ``rows`` [N] bool is set, in chunks of at most CHUNK_BYTES of float32."""
+    at = torch.nonzero(rows).flatten()
+    per = max(1, CHUNK_BYTES // (4 * max(vocab_size, 1)))
+    return list(at.split(per))
+
+
 def apply_sampling_params(step: Step) -> torch.Tensor:
-    """[N, V] float32 processed target logits for every row of the step."""
+    """[N, V] float32 processed target logits for every row of the step. Every rule is per row, so the rows
+    are processed in chunks (:data:`CHUNK_BYTES`): the same values, bit for bit, in bounded extra memory."""
     logits = step.logits.to(torch.float32, copy=True)  # one copy, also of float32 logits
     rows = step.row_to_request().to(logits.device)
     active = needs_processing(step)[rows]
@@ -59,17 +71,12 @@ def apply_sampling_params(step: Step) -> torch.Tensor:
         return logits
     temp, min_p, top_p = step.temperature[rows], step.min_p[rows], step.top_p[rows]
     k = normalized_top_k(step.top_k, step.vocab_size)[rows]
-
-    scale = active & (temp != 1)
-    logits[scale] = logits[scale] / temp[scale, None]
-
-    use_min_p = active & (min_p != 0)
-    if bool(use_min_p.any()):
-        x = logits[use_min_p]
-        threshold = x.max(dim=1, keepdim=True).values + torch.log(min_p[use_min_p])[:, None]
-        logits[use_min_p] = x.masked_fill(x < threshold, float("-inf"))
-
-    use_filter = active & ((k != step.vocab_size) | (top_p != 1))
-    if bool(use_filter.any()):
-        logits[use_filter] = top_k_top_p_sorted(logits[use_filter], k[use_filter], top_p[use_filter])
+    for at in _row_chunks(active & (temp != 1), step.vocab_size):
+        logits[at] = logits[at] / temp[at, None]
+    for at in _row_chunks(active & (min_p != 0), step.vocab_size):
+        x = logits[at]
+        threshold = x.max(dim=1, keepdim=True).values + torch.log(min_p[at])[:, None]
+        logits[at] = x.masked_fill(x < threshold, float("-inf"))
+    for at in _row_chunks(active & ((k != step.vocab_size) | (top_p != 1)), step.vocab_size):
+        logits[at] = top_k_top_p_sorted(logits[at], k[at], top_p[at])
     return logits
