@@ -156,10 +156,11 @@ class _Collector:
                 hit = bool(is_max[t])
                 self.terms["argmax"].append(Term(index, rid, i, scope, float(probs[is_max].sum()), hit))
                 d = drafts[j] if i < k else -1
-                alpha = self._accept_prob(step, probs, d, int(d_idx[j]), temperature) if d >= 0 else math.nan
-                if alpha == alpha:  # NaN: a draft-logits row with no distribution (all -inf, or overflowing)
-                    self.terms["accept-high"].append(Term(index, rid, i, scope, alpha, t == d))
-                    self.terms["accept-low"].append(Term(index, rid, i, scope, alpha, t == d))
+                if d >= 0:
+                    alpha = self._accept_prob(step, probs, d, int(d_idx[j]), temperature)
+                    if alpha == alpha:  # NaN: a draft-logits row with no distribution (all -inf, or overflowing)
+                        self.terms["accept-high"].append(Term(index, rid, i, scope, alpha, t == d))
+                        self.terms["accept-low"].append(Term(index, rid, i, scope, alpha, t == d))
                 if i == c - 1 and i < k and d >= 0 and t != d and step.draft_logits is not None:
                     self._residual(index, rid, step, lp, int(d_idx[j]), temperature, t)
                 self._noise(index, rid, i, scope, probs, is_max, t, hit)

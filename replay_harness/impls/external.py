@@ -39,7 +39,6 @@ import sys
 import tempfile
 import threading
 import weakref
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,7 +47,7 @@ from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls.contract import Sampler
 from replay_harness.impls.external_io import (EOF, LIVE, LIVE_LOCK, OVERFLOW, StderrTail, Unread, finish, folder_id,
                                               pipe_bytes, pump_lines, pump_stderr, shutdown, write_fresh)
-from replay_harness.impls.external_io import kill_all as kill_all_groups
+from replay_harness.impls.external_io import kill_all  # noqa: F401 (re-exported: cli.main calls external.kill_all)
 from replay_harness.limits import MAX_REPLY_BYTES, MAX_STDERR_BYTES, value
 from replay_harness.recording.schema import ROUTE_CODE, ROUTES
 from replay_harness.recording.step import SampleResult, Step
@@ -84,13 +83,13 @@ class ExternalImplError(EnvironmentProblem):
 # --------------------------------------------------------------------------
 
 
-def write_step_file(step: Step, path: str | os.PathLike, index: int) -> None:
-    """Write ``step`` as a fixture step file (schema replay.step/1) without the emitted tensors."""
-    Path(path).write_bytes(encode_step(step_tensors(step), step_metadata(int(index))))
+def step_file_bytes(step: Step, index: int) -> bytes:
+    """``step`` as the bytes of a fixture step file (schema replay.step/1) without the emitted tensors."""
+    return encode_step(step_tensors(step), step_metadata(int(index)))
 
 
 def read_step_file(path: str | os.PathLike) -> tuple[Step, int]:
-    """(Step, step index) from a step file written by :func:`write_step_file` (or a fixture step file)."""
+    """(Step, step index) from a step file of :func:`step_file_bytes` (or a fixture step file)."""
     tensors, raw_meta = load_step_file(path)
     meta = json.loads(raw_meta if raw_meta is not None else "{}")
     return step_from_tensors(tensors), int(meta.get("step", -1))
@@ -330,8 +329,7 @@ class ExecSampler(Sampler):
         self._steps_sent += 1
         where = f"step {index}" + (f" of {self._recording}" if self._recording else "")
         try:  # a fresh file renamed onto the path: a FIFO or symlink the program left there is never opened
-            path = write_fresh(self._tmpdir, self._tmpid, STEP_FILE,
-                               encode_step(step_tensors(step.to("cpu")), step_metadata(int(index))))
+            path = write_fresh(self._tmpdir, self._tmpid, STEP_FILE, step_file_bytes(step.to("cpu"), index))
         except OSError as e:  # gone, a symlink, another folder, made read-only: the program's doing
             blame = ": the program must not remove, replace or change that folder" if e.errno in TAMPERED else ""
             raise self._fail(f"cannot write {where} to the temp folder {self._tmpdir} ({e.strerror or e}){blame}",
@@ -427,11 +425,6 @@ def _shape(x: Any) -> str:
 def _clip(text: str, limit: int = MAX_QUOTE) -> str:
     text = text.replace("\r", " ").replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def kill_all() -> None:
-    """SIGKILL the process group of every running program at once (external_io.kill_all): cli.main calls it."""
-    kill_all_groups()
 
 
 def sample_at(impl: Sampler, step: Step, index: int | None) -> SampleResult:

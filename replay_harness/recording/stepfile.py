@@ -208,6 +208,10 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
     with open(file, "rb") as f:  # the header safetensors accepted, then the data region in one pass
         n = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(n).decode("utf-8"))
+        for name in names:  # before a byte of data is read
+            if header[name]["dtype"] not in DTYPES:
+                raise StepFileProblem(f"dtype {header[name]['dtype']} is not one the format stores "
+                                      f"({', '.join(DTYPES)})", name[:60])
         size = os.fstat(f.fileno()).st_size - 8 - n
         buf = (alloc or (lambda nbytes: torch.empty(nbytes, dtype=torch.uint8)))(size)[:size]
         view = memoryview(buf.numpy()) if size else memoryview(b"")
@@ -217,10 +221,6 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
             if not got:
                 raise ValueError(f"file shrank while read: {at} of {size} data bytes")
             at += got
-    for name in names:
-        if header[name]["dtype"] not in DTYPES:
-            raise StepFileProblem(f"dtype {header[name]['dtype']} is not one the format stores "
-                                  f"({', '.join(DTYPES)})", name[:60])
     tensors = {}
     for name in names:
         info = header[name]
@@ -232,7 +232,8 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
     return tensors, raw_meta
 
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+# element sizes of the dtypes a header may claim: the ones the format stores, and others safetensors reads
+_DTYPE_BYTES = {**{name: dtype.itemsize for name, dtype in DTYPES.items()},
                 "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
