@@ -7,6 +7,8 @@ Every limit has a default that fits real use and an environment variable that ra
     REPLAY_MAX_MANIFEST_BYTES  16 MiB               manifest.json
     REPLAY_MAX_REPLY_BYTES     64 MiB               one reply line of an exec: program
     REPLAY_MAX_STDERR_BYTES    64 MiB               an exec: program's stderr between two replies
+    REPLAY_MAX_HISTORY         1,048,576 tokens     a request's entries in one ragged list of a step (its prompt,
+                                                    its output so far, its bias / allowed / stop / bad-word lists)
 
 Limits are checked before anything is allocated (a header claiming 2 GiB is refused from its 8-byte
 length and its JSON, never by reading the 2 GiB). Exceeding one is an :class:`InputError` (exit 2)
@@ -43,7 +45,10 @@ MAX_MANIFEST_BYTES = Limit("manifest size", 16 << 20, "REPLAY_MAX_MANIFEST_BYTES
 # between two replies (past either, the program is killed: exit 3).
 MAX_REPLY_BYTES = Limit("reply line", 64 << 20, "REPLAY_MAX_REPLY_BYTES")
 MAX_STDERR_BYTES = Limit("stderr between two replies", 64 << 20, "REPLAY_MAX_STDERR_BYTES")
-LIMITS = (MAX_VOCAB, MAX_STEP_BYTES, MAX_MANIFEST_BYTES, MAX_REPLY_BYTES, MAX_STDERR_BYTES)
+# A request's entries in one ragged list of a step (docs/FIXTURES.md, "The sampling pipeline"): bounds the
+# reference's per-row history work (penalties, bad words) to O(entries x rows).
+MAX_HISTORY = Limit("token history", 1 << 20, "REPLAY_MAX_HISTORY", unit="tokens")
+LIMITS = (MAX_VOCAB, MAX_STEP_BYTES, MAX_MANIFEST_BYTES, MAX_REPLY_BYTES, MAX_STDERR_BYTES, MAX_HISTORY)
 
 
 def value(limit: Limit) -> int:

@@ -37,6 +37,11 @@ def needs_processing(b: "SamplingBatch") -> torch.Tensor:
     return (t != 0) & ((t != 1) | (b.min_p != 0) | (k != b.vocab_size) | (b.top_p != 1))
 
 
+# The fields whose presence means a logits processor (or the grammar mask) may change a row.
+PROCESSOR_FIELDS = ("repetition_penalty", "frequency_penalty", "presence_penalty", "min_tokens", "allowed_token_ids",
+                    "logit_bias_ids", "bad_words_token_ids", "grammar_bitmask")
+
+
 @dataclass
 class SamplingBatch:
     """One sampler call: R requests, N = sum(1 + k_r) rows, V vocabulary.
@@ -53,6 +58,17 @@ class SamplingBatch:
     seed            [R]      int64   per-request RNG seed
     request_ids     [R]      int64 (optional) the engine's request ids, quoted in notes
     draft_logits    [N-R, V] float (optional) pre-temperature draft logits, one row per verify row
+
+    The sampling pipeline's inputs (all optional; None: the rule is off; docs/FIXTURES.md "The sampling
+    pipeline"). ``*`` is a ragged list: request r's entries are ``x[cu_x[r]:cu_x[r+1]]``.
+    repetition_penalty, frequency_penalty, presence_penalty [R] float32   1 / 0 / 0 = off
+    min_tokens       [R] int32    stop ids are suppressed while the output holds fewer tokens
+    has_grammar      [R] int8     1: ``grammar_bitmask`` applies to the request's rows
+    logprobs         [R] int32    -1 none, n >= 0: the sampled token's logprob and the top n
+    logprobs_mode    [R] int8     0 raw logprobs, 1 processed logprobs, 2 raw logits, 3 processed logits
+    prompt_token_ids, output_token_ids, allowed_token_ids, stop_token_ids, bad_words_token_ids,
+    bad_words_lengths, logit_bias_ids  [*] int32, logit_bias_values [*] float32, with their ``cu_*`` [R+1] int32
+    grammar_bitmask  [N, ceil(V/32)] int32  bit v % 32 of word v // 32 set: token v allowed at the row
     """
 
     logits: torch.Tensor
@@ -66,6 +82,29 @@ class SamplingBatch:
     seed: torch.Tensor
     request_ids: torch.Tensor | None = None
     draft_logits: torch.Tensor | None = None
+    repetition_penalty: torch.Tensor | None = None
+    frequency_penalty: torch.Tensor | None = None
+    presence_penalty: torch.Tensor | None = None
+    min_tokens: torch.Tensor | None = None
+    has_grammar: torch.Tensor | None = None
+    logprobs: torch.Tensor | None = None
+    logprobs_mode: torch.Tensor | None = None
+    prompt_token_ids: torch.Tensor | None = None
+    cu_prompt_token_ids: torch.Tensor | None = None
+    output_token_ids: torch.Tensor | None = None
+    cu_output_token_ids: torch.Tensor | None = None
+    allowed_token_ids: torch.Tensor | None = None
+    cu_allowed_token_ids: torch.Tensor | None = None
+    stop_token_ids: torch.Tensor | None = None
+    cu_stop_token_ids: torch.Tensor | None = None
+    bad_words_token_ids: torch.Tensor | None = None
+    cu_bad_words_token_ids: torch.Tensor | None = None
+    bad_words_lengths: torch.Tensor | None = None
+    cu_bad_words_lengths: torch.Tensor | None = None
+    logit_bias_ids: torch.Tensor | None = None
+    logit_bias_values: torch.Tensor | None = None
+    cu_logit_bias: torch.Tensor | None = None
+    grammar_bitmask: torch.Tensor | None = None
 
     @classmethod
     def of(cls, obj: object) -> "SamplingBatch":
@@ -76,7 +115,7 @@ class SamplingBatch:
         """The batch with every small field on the CPU (logits and draft logits stay where they are)."""
         small = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in small.items():
-            if name not in ("logits", "draft_logits") and isinstance(value, torch.Tensor):
+            if name not in ("logits", "draft_logits", "grammar_bitmask") and isinstance(value, torch.Tensor):
                 small[name] = value.cpu()
         if small["request_ids"] is None:
             small["request_ids"] = torch.arange(self.num_requests)
@@ -110,6 +149,12 @@ class SamplingBatch:
         is_bonus[self.cu_num_logits[1:].long() - 1] = True
         idx = torch.cumsum((~is_bonus).long(), 0) - 1
         return torch.where(is_bonus, torch.full_like(idx, -1), idx)
+
+    @property
+    def has_pipeline(self) -> bool:
+        """Whether any logits processor or grammar mask is set (the rules of docs/FIXTURES.md "The sampling
+        pipeline" beyond temperature, min-p, top-k and top-p; logprob requests do not count)."""
+        return any(getattr(self, name) is not None for name in PROCESSOR_FIELDS)
 
     def expected_routes(self) -> list[str]:
         temps, ks = self.temperature.tolist(), self.num_drafts.tolist()

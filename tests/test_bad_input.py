@@ -64,14 +64,37 @@ BAD_STEPS = {
     "top_p zero": (set_item("top_p", 0, 0.0), "top_p", "outside (0, 1]"),
     "top_p > 1": (set_item("top_p", 2, 1.5), "top_p", "outside (0, 1]"),
     "top_k negative": (set_item("top_k", 0, -3), "top_k", "negative"),
-    "penalties": (lambda t: t.__setitem__("frequency_penalty", torch.ones(t["temperature"].shape)),
-                  "frequency_penalty", "penalties"),
+    # schema minor 2 (docs/FIXTURES.md, "The sampling pipeline"): the issue's bad inputs and a rule's missing partner
+    "penalty without history": (lambda t: t.__setitem__("frequency_penalty", torch.ones(t["temperature"].shape)),
+                                "frequency_penalty", "needs output_token_ids"),
+    "bias id outside V": (lambda t: t.update(_ragged(t, "logit_bias_ids", [3, 40], cu="cu_logit_bias"),
+                                             logit_bias_values=torch.tensor([1.0, 2.0])),
+                          "logit_bias_ids", "id 40 is outside [0, 40)"),
+    "bitmask width": (lambda t: t.update(grammar_bitmask=torch.full((t["logits"].shape[0], 3), -1, dtype=torch.int32),
+                                         has_grammar=torch.ones(t["temperature"].shape, dtype=torch.int8)),
+                      "grammar_bitmask", "ceil(V/32) words"),
+    "history over the limit": (lambda t: t.update(_ragged(t, "output_token_ids", [1] * 5000),
+                                                  min_tokens=torch.zeros(t["temperature"].shape, dtype=torch.int32)),
+                               "output_token_ids", "over the limit of 4,096 tokens"),
+    "negative repetition penalty": (lambda t: t.update(
+        **_ragged(t, "output_token_ids", [1]), **_ragged(t, "prompt_token_ids", [2]),
+        repetition_penalty=torch.full(t["temperature"].shape, -1.0)), "repetition_penalty", "must be finite and > 0"),
+    "reserved name": (lambda t: t.__setitem__("allowed_token_mask", torch.ones(3)), "allowed_token_mask",
+                      "did not adopt"),
 }
+
+
+def _ragged(t: dict, name: str, first: list[int], cu: str | None = None) -> dict:
+    """A ragged list whose first request holds ``first`` and the others nothing."""
+    r = t["temperature"].numel()
+    return {name: torch.tensor(first, dtype=torch.int32),
+            cu or "cu_" + name: torch.tensor([0] + [len(first)] * r, dtype=torch.int32)}
 
 
 @pytest.mark.parametrize("name", list(BAD_STEPS))
 @pytest.mark.parametrize("command", ["run", "validate"])
-def test_bad_step(rec, name, command):
+def test_bad_step(rec, name, command, monkeypatch):
+    monkeypatch.setenv("REPLAY_MAX_HISTORY", "4096")
     fn, field, fragment = BAD_STEPS[name]
     path = corrupt(rec, fn)
     expect_bad(rec, str(path), "step 1", f"field '{field}'", fragment, command=command)

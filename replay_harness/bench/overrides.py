@@ -8,6 +8,7 @@ ran: reports label it with :meth:`Overrides.label`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -84,12 +85,14 @@ def apply_overrides(step: Step, ov: Overrides) -> Step:
     if ov.top_k is not None:
         per_req["top_k"] = torch.full_like(step.top_k, ov.top_k)
     if not ov.drop_drafts:
-        return Step(logits=step.logits, cu_num_logits=step.cu_num_logits, draft_token_ids=step.draft_token_ids,
-                    positions=step.positions, draft_logits=step.draft_logits, **per_req)
+        return dataclasses.replace(step, **per_req)
+    # without drafts each request keeps its first row: MRV2 keys that row's rules (penalties, bad words,
+    # min-tokens) by its request's history alone, so the pipeline inputs carry over as they are
     first = step.cu_num_logits[:-1].long().to(step.logits.device)
     dev = step.cu_num_logits.device
-    return Step(logits=step.logits.index_select(0, first),
-                cu_num_logits=torch.arange(r + 1, dtype=torch.int32, device=dev),
-                draft_token_ids=torch.full((r,), -1, dtype=torch.int32, device=step.draft_token_ids.device),
-                positions=step.positions.index_select(0, first.to(step.positions.device)),
-                draft_logits=None, **per_req)
+    grammar = step.grammar_bitmask
+    return dataclasses.replace(
+        step, logits=step.logits.index_select(0, first), cu_num_logits=torch.arange(r + 1, dtype=torch.int32, device=dev),
+        draft_token_ids=torch.full((r,), -1, dtype=torch.int32, device=step.draft_token_ids.device),
+        positions=step.positions.index_select(0, first.to(step.positions.device)), draft_logits=None,
+        grammar_bitmask=None if grammar is None else grammar.index_select(0, first.to(grammar.device)), **per_req)

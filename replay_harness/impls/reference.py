@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from replay_harness.impls.contract import Sampler
+from replay_harness.oracle.logprobs import emitted_outputs
 from replay_harness.oracle.sampling_params import apply_sampling_params
 from replay_harness.oracle.walk import verify_request
 from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step, expected_route
@@ -41,4 +42,7 @@ class ReferenceSampler(Sampler):
             result.tokens[r, :len(tokens)] = torch.tensor(tokens)
             result.counts[r] = len(tokens)
             result.routes[r] = ROUTE_CODE[expected_route(temperature, b - a - 1)]
+        if step.logprobs is not None:
+            for name, value in emitted_outputs(step, processed, result.tokens, result.counts).items():
+                setattr(result, name, value)
         return result

@@ -1,21 +1,19 @@
 """``apply_sampling_params`` over the expanded batch, in Model Runner V2 order.
 
 Every row takes its request's parameters (the ``1 + k_r`` rows of a request,
-bonus row included). Order: temperature, min-p, top-k, top-p, on float32 logits.
-Greedy requests (temperature 0) are left alone, as the engine forces their
-top-k/top-p/min-p off. Rows of a request that needs no processing (temperature 1,
-no filters) are left bit-identical, as upstream does.
-
-Seam for later work: penalties, logit bias and bad words act before temperature
-(upstream order: logit bias, penalties, bad words). They need token histories,
-which schema v1 does not carry; a recording that uses them is refused by the
-validator (replay_harness.recording.validate, UNSUPPORTED_FIELDS). Add them here, as a
-``_apply_logits_processors(logits, step)`` call before the temperature line.
+bonus row included). Order, on float32 logits: the grammar mask and the logits
+processors (:mod:`replay_harness.oracle.processors`: allowed ids, logit bias,
+min-tokens, penalties, bad words), then temperature, min-p, top-k, top-p.
+Greedy requests (temperature 0) skip temperature and the filters, as the engine
+forces their top-k/top-p/min-p off (processors still apply to them). Rows of a
+request that needs no processing (temperature 1, no filters, no processor) are
+left bit-identical, as upstream does.
 """
 from __future__ import annotations
 
 import torch
 
+from replay_harness.oracle.processors import apply_grammar, apply_processors
 from replay_harness.recording.step import Step
 
 
@@ -65,6 +63,8 @@ def apply_sampling_params(step: Step) -> torch.Tensor:
     """[N, V] float32 processed target logits for every row of the step. Every rule is per row, so the rows
     are processed in chunks (:data:`CHUNK_BYTES`): the same values, bit for bit, in bounded extra memory."""
     logits = step.logits.to(torch.float32, copy=True)  # one copy, also of float32 logits
+    apply_grammar(logits, step)
+    apply_processors(logits, step)
     rows = step.row_to_request().to(logits.device)
     active = needs_processing(step)[rows]
     if not bool(active.any()):

@@ -6,7 +6,9 @@ docs/FIXTURES.md is the normative description; this module is the one table the 
 its values in ``validate``, if any).
 
 Shapes are written with the symbols of docs/FIXTURES.md: R requests, N = sum(1 + k_r) logits rows,
-V vocabulary, ``N-R`` verify rows, ``K+1`` = max k_r + 1 emitted slots, ``R+1`` prefix-sum entries.
+V vocabulary, ``N-R`` verify rows, ``K+1`` = max k_r + 1 emitted slots, ``R+1`` prefix-sum entries,
+``W`` = ceil(V / 32) bitmask words, ``L`` logprob columns (>= 1 + the largest count asked for) and ``*`` a
+ragged list split by request by its ``ragged`` partner (an ``[R+1]`` prefix sum).
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ import torch
 RECORDING_SCHEMA = "replay.recording"
 STEP_SCHEMA = "replay.step"
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 1  # 1 (2026-12-04): digest_algorithm, expected_tokens, write_stats (docs/FIXTURES.md)
+SCHEMA_MINOR = 2  # 1 (2026-12-04): digest_algorithm, expected_tokens, write_stats; 2 (2026-12-07): the sampling
+                  # pipeline's inputs (histories, penalties, bias, allowed / bad / stop tokens, min-tokens, grammar
+                  # masks, logprob requests) and the emitted logprobs and kept sets (docs/FIXTURES.md)
 RECORDING_SCHEMA_ID = f"{RECORDING_SCHEMA}/{SCHEMA_MAJOR}"  # manifest.json "schema"
 STEP_SCHEMA_ID = f"{STEP_SCHEMA}/{SCHEMA_MAJOR}"            # each step file's metadata "schema"
 
@@ -97,6 +101,7 @@ class Field:
     role      INPUT (a :class:`~replay_harness.recording.step.Step` field), EMITTED (the engine's
               answer) or UNSUPPORTED (reserved name; a step carrying it is refused)
     required  whether every step file holds it
+    ragged    for shape ``("*",)``: the ``[R+1]`` prefix-sum field whose entries split it by request
     """
 
     name: str
@@ -104,6 +109,7 @@ class Field:
     shape: tuple[str, ...]
     role: str
     required: bool = True
+    ragged: str | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -127,14 +133,32 @@ FIELDS = (
     Field("seed", _I64, ("R",), INPUT),
     Field("request_ids", _I64, ("R",), INPUT),
     Field("draft_logits", FLOATS, ("N-R", "V"), INPUT, required=False),
+    # Schema minor 2: the sampling pipeline's inputs (docs/FIXTURES.md, "The sampling pipeline"). Absent: the
+    # rule is off. Per request, then the ragged lists (each split by request by its cu_* partner), then per row.
+    Field("repetition_penalty", _F32, ("R",), INPUT, required=False),
+    Field("frequency_penalty", _F32, ("R",), INPUT, required=False),
+    Field("presence_penalty", _F32, ("R",), INPUT, required=False),
+    Field("min_tokens", _I32, ("R",), INPUT, required=False),
+    Field("has_grammar", _I8, ("R",), INPUT, required=False),
+    Field("logprobs", _I32, ("R",), INPUT, required=False),
+    Field("logprobs_mode", _I8, ("R",), INPUT, required=False),
+    *(f for name, dt in (("prompt_token_ids", _I32), ("output_token_ids", _I32), ("allowed_token_ids", _I32),
+                         ("stop_token_ids", _I32), ("bad_words_token_ids", _I32), ("bad_words_lengths", _I32))
+      for f in (Field(name, dt, ("*",), INPUT, required=False, ragged="cu_" + name),
+                Field("cu_" + name, _I32, ("R+1",), INPUT, required=False))),
+    Field("logit_bias_ids", _I32, ("*",), INPUT, required=False, ragged="cu_logit_bias"),
+    Field("logit_bias_values", _F32, ("*",), INPUT, required=False, ragged="cu_logit_bias"),
+    Field("cu_logit_bias", _I32, ("R+1",), INPUT, required=False),
+    Field("grammar_bitmask", _I32, ("N", "W"), INPUT, required=False),
     Field("emitted_tokens", _I32, ("R", "K+1"), EMITTED),
     Field("emitted_counts", _I32, ("R",), EMITTED),
     Field("emitted_routes", _I8, ("R",), EMITTED, required=False),
-    # Seam for features that need token histories (penalties, logit bias, bad words):
-    # schema v1 reserves these names; a step that carries any of them is refused.
-    *(Field(name, (), (), UNSUPPORTED, required=False) for name in (
-        "repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias_ids",
-        "logit_bias_values", "bad_words_ids", "allowed_token_mask")),
+    Field("emitted_logprobs", _F32, ("R", "K+1", "L"), EMITTED, required=False),
+    Field("emitted_logprob_ids", _I32, ("R", "K+1", "L"), EMITTED, required=False),
+    Field("emitted_logprob_ranks", _I32, ("R", "K+1"), EMITTED, required=False),
+    Field("emitted_kept_mask", _I32, ("R", "K+1", "W"), EMITTED, required=False),
+    # Names reserved by minor 1 and not adopted (the adopted ones are above): a step carrying one is refused.
+    *(Field(name, (), (), UNSUPPORTED, required=False) for name in ("bad_words_ids", "allowed_token_mask")),
 )
 FIELD = {f.name: f for f in FIELDS}
 
@@ -147,9 +171,14 @@ def _names(role: str, required: bool | None = None, shape: tuple[str, ...] | Non
 
 # Views of the table, by the names the modules have always used.
 STEP_FIELDS = _names(INPUT, required=True)           # required inputs, in Step order
-OPTIONAL_FIELDS = _names(INPUT, required=False)      # ("draft_logits",)
+OPTIONAL_FIELDS = _names(INPUT, required=False)      # draft_logits and the pipeline inputs
 EMITTED_FIELDS = _names(EMITTED, required=True)      # ("emitted_tokens", "emitted_counts")
-OPTIONAL_EMITTED = _names(EMITTED, required=False)   # ("emitted_routes",)
+OPTIONAL_EMITTED = _names(EMITTED, required=False)   # emitted_routes, the logprobs, the kept sets
 UNSUPPORTED_FIELDS = _names(UNSUPPORTED)
 PER_REQUEST_FIELDS = _names(INPUT, shape=("R",))     # the [R] inputs a Step sub-batch indexes by request
+RAGGED_FIELDS = _names(INPUT, shape=("*",))          # the ragged lists, each split by FIELD[name].ragged
+PIPELINE_FIELDS = tuple(f.name for f in FIELDS if f.role == INPUT and not f.required
+                        and f.name != "draft_logits")  # schema minor 2's inputs, all optional
+LOGPROB_FIELDS = ("emitted_logprobs", "emitted_logprob_ids", "emitted_logprob_ranks")  # come together
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits")  # logprobs_mode codes
 KNOWN_FIELDS = frozenset(FIELD)

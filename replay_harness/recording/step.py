@@ -15,7 +15,15 @@ import torch
 
 from replay_kernels.batch import SamplingBatch, route_of
 from replay_harness.recording.schema import (  # noqa: F401  (re-exported: the route table's old home)
-    PER_REQUEST_FIELDS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE, route_name)
+    FIELD, PER_REQUEST_FIELDS, RAGGED_FIELDS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE, route_name)
+
+
+def select_ragged(values: torch.Tensor, cu: torch.Tensor, requests: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, cu) of a ragged list holding only ``requests``' entries, in that order."""
+    bounds = cu.tolist()
+    pieces = [values[bounds[r]:bounds[r + 1]] for r in requests]
+    sizes = torch.tensor([0] + [p.numel() for p in pieces], dtype=cu.dtype)
+    return (torch.cat(pieces) if pieces else values[:0]), torch.cumsum(sizes, 0).to(cu.dtype)
 
 
 def expected_route(temperature: float, num_drafts: int) -> str:
@@ -47,7 +55,14 @@ class Step(SamplingBatch):
         if self.draft_logits is not None:
             d_idx = self.draft_row_index()[rows_t]
             draft_logits = self.draft_logits[d_idx[d_idx >= 0]]
-        per_req = {n: getattr(self, n)[req_t] for n in PER_REQUEST_FIELDS}
+        per_req = {n: getattr(self, n)[req_t.to(getattr(self, n).device)] for n in PER_REQUEST_FIELDS
+                   if getattr(self, n) is not None}
+        for name in RAGGED_FIELDS:
+            if getattr(self, name) is not None:
+                cu_name = FIELD[name].ragged
+                per_req[name], per_req[cu_name] = select_ragged(getattr(self, name), getattr(self, cu_name), requests)
+        if self.grammar_bitmask is not None:
+            per_req["grammar_bitmask"] = self.grammar_bitmask[rows_t.to(self.grammar_bitmask.device)]
         return Step(logits=self.logits[rows_t], cu_num_logits=new_cu, draft_token_ids=self.draft_token_ids[rows_t],
                     positions=self.positions[rows_t], draft_logits=draft_logits, **per_req)
 
@@ -63,6 +78,9 @@ class SampleResult:
     notes               list[str]  human remarks, e.g. why requests were refused
     self_reported_us    float | None  the impl's own timing of this step in µs (external programs that
                                       time their kernels report it; `replay bench` shows it beside its own)
+    logprobs [R, max_k+1, L] float32, logprob_ids [R, max_k+1, L] int32, logprob_ranks [R, max_k+1] int32,
+    kept_mask [R, max_k+1, ceil(V/32)] int32   (optional) what the impl returns beside its tokens when the step
+                                      asks for logprobs (the layout of the ``emitted_*`` tensors, docs/FIXTURES.md)
     """
 
     tokens: torch.Tensor
@@ -70,6 +88,10 @@ class SampleResult:
     routes: torch.Tensor
     notes: list[str] = field(default_factory=list)
     self_reported_us: float | None = None
+    logprobs: torch.Tensor | None = None
+    logprob_ids: torch.Tensor | None = None
+    logprob_ranks: torch.Tensor | None = None
+    kept_mask: torch.Tensor | None = None
 
     @classmethod
     def empty(cls, num_requests: int, max_drafts: int) -> "SampleResult":

@@ -25,8 +25,9 @@ from replay_harness.errors import InputError
 from replay_harness.limits import MAX_MANIFEST_BYTES, MAX_VOCAB, enforce, os_reason, read_regular
 from replay_harness.recording import digest as registry
 from replay_harness.recording.digest import algorithm_of, canonical_json, recording_digest, tensor_digest
-from replay_harness.recording.schema import (MANIFEST, METADATA_KEY, OPTIONAL_FIELDS, RECORDING_SCHEMA,
-                                             RECORDING_SCHEMA_ID, SCHEMA_MAJOR, SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
+from replay_harness.recording.schema import (EMITTED_FIELDS, MANIFEST, METADATA_KEY, OPTIONAL_EMITTED,
+                                             OPTIONAL_FIELDS, RECORDING_SCHEMA, RECORDING_SCHEMA_ID, SCHEMA_MAJOR,
+                                             SCHEMA_MINOR, STEP_FIELDS, STEP_RE,
                                              STEP_SCHEMA, STEP_SCHEMA_ID, STEPS_DIR, step_file_name)
 from replay_harness.recording.step import Step
 from replay_harness.recording.stepfile import (TMP_SUFFIX, StepFileProblem, atomic_write, check_step_file, encode_step,
@@ -41,12 +42,24 @@ __all__ = ["Emitted", "StepRecord", "RecordingWriter", "Recording", "step_tensor
 class Emitted:
     """What the engine emitted in a step (the recorded answer).
 
-    tokens [R, max_k+1] int32 (-1 padded), counts [R] int32, routes [R] int8 or None.
+    tokens [R, max_k+1] int32 (-1 padded), counts [R] int32, routes [R] int8 or None; schema minor 2, each
+    optional (docs/FIXTURES.md, "Emitted logprobs and kept sets"): logprobs [R, max_k+1, L] float32 and
+    logprob_ids [R, max_k+1, L] int32 (column 0 the emitted token, then the top n), logprob_ranks [R, max_k+1]
+    int32, kept_mask [R, max_k+1, ceil(V/32)] int32 (bit set: the token kept a finite processed logit).
     """
 
     tokens: torch.Tensor
     counts: torch.Tensor
     routes: torch.Tensor | None = None
+    logprobs: torch.Tensor | None = None
+    logprob_ids: torch.Tensor | None = None
+    logprob_ranks: torch.Tensor | None = None
+    kept_mask: torch.Tensor | None = None
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor]) -> "Emitted":
+        """The ``emitted_*`` tensors of a step file."""
+        return cls(**{name.removeprefix("emitted_"): tensors.get(name) for name in EMITTED_FIELDS + OPTIONAL_EMITTED})
 
 
 @dataclass
@@ -66,12 +79,12 @@ def step_tensors(step: Step, emitted: Emitted | None = None) -> dict[str, torch.
     Without ``emitted``: the inputs only (the step files sent to external impls).
     """
     out = {name: getattr(step, name) for name in STEP_FIELDS}
-    if step.draft_logits is not None:
-        out["draft_logits"] = step.draft_logits
+    out.update({name: getattr(step, name) for name in OPTIONAL_FIELDS if getattr(step, name) is not None})
     if emitted is not None:
-        out["emitted_tokens"], out["emitted_counts"] = emitted.tokens, emitted.counts
-        if emitted.routes is not None:
-            out["emitted_routes"] = emitted.routes
+        for name in EMITTED_FIELDS + OPTIONAL_EMITTED:
+            value = getattr(emitted, name.removeprefix("emitted_"))
+            if value is not None:
+                out[name] = value
     return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 
@@ -366,7 +379,7 @@ class Recording:
                                           neg_inf=self.neg_inf) if not p.warning]
         if problems:
             raise problems[0]
-        emitted = Emitted(tensors["emitted_tokens"], tensors["emitted_counts"], tensors.get("emitted_routes"))
+        emitted = Emitted.from_tensors(tensors)
         return StepRecord(index=index, file=file, step=step_from_tensors(tensors), emitted=emitted, meta=meta)
 
     def step_digest(self, index: int, quiet: bool = False) -> str | None:

@@ -131,3 +131,64 @@ def write_case(case: Case, out: str | Path, *, seed: int = 0, impl: str = "refer
             res = sampler.sample(step)
             w.write_step(step, Emitted(res.tokens.to(torch.int32), res.counts, res.routes), meta={"synthetic": True})
     return Path(out)
+
+
+PIPELINE_RULES = ("penalties", "bias", "allowed", "bad-words", "min-tokens", "grammar", "logprobs")
+
+
+def _ragged_lists(lists: list[list[int]], dtype=torch.int32) -> tuple[torch.Tensor, torch.Tensor]:
+    sizes = torch.tensor([0] + [len(x) for x in lists])
+    flat = torch.tensor([t for x in lists for t in x], dtype=dtype)
+    return flat, torch.cumsum(sizes, 0).to(torch.int32)
+
+
+def add_pipeline(gen: torch.Generator, step: Step, rules: tuple[str, ...] = PIPELINE_RULES) -> Step:
+    """``step`` with SYNTHETIC inputs of the sampling pipeline's ``rules`` (PIPELINE_RULES), chosen to bite: the
+    histories, stop ids, banned words and biased ids hold each request's likely tokens (its rows' argmaxes), so
+    a rule left out changes tokens. Request 0 of each rule keeps it off (a mix, as an engine batch holds)."""
+    import dataclasses
+
+    r, v = step.num_requests, step.vocab_size
+    cu = step.cu_num_logits.tolist()
+    logits = torch.nan_to_num(step.logits.float(), neginf=-1e30)
+    top = [logits[cu[i]:cu[i + 1]].topk(min(3, v), dim=1).indices.flatten().unique().tolist() for i in range(r)]
+    rand = lambda n: torch.randint(0, v, (n,), generator=gen).tolist()  # noqa: E731
+    out: dict[str, torch.Tensor] = {}
+    outputs = [rand(int(torch.randint(0, 12, (1,), generator=gen))) + top[i][:2] for i in range(r)]
+    out["output_token_ids"], out["cu_output_token_ids"] = _ragged_lists(outputs)
+    if "penalties" in rules:
+        prompts = [rand(20) + top[i][1:] for i in range(r)]
+        out["prompt_token_ids"], out["cu_prompt_token_ids"] = _ragged_lists(prompts)
+        on = torch.arange(r) > 0
+        out["repetition_penalty"] = torch.where(on, torch.tensor([1.3, 0.8, 2.0])[torch.arange(r) % 3], 1.0)
+        out["frequency_penalty"] = torch.where(on, torch.tensor([0.5, -0.3, 1.5])[torch.arange(r) % 3], 0.0)
+        out["presence_penalty"] = torch.where(on, torch.tensor([1.0, 0.0, -0.7])[torch.arange(r) % 3], 0.0)
+    if "bias" in rules:
+        bias = [[] if i == 0 else sorted(set(top[i][:1] + rand(3))) for i in range(r)]
+        out["logit_bias_ids"], out["cu_logit_bias"] = _ragged_lists(bias)
+        values = torch.randn(int(out["cu_logit_bias"][-1]), generator=gen) * 6.0
+        values[::5] = float("-inf")
+        out["logit_bias_values"] = values.to(torch.float32)
+    if "allowed" in rules:
+        allowed = [[] if i % 2 == 0 else sorted(set(top[i][1:] + rand(30))) for i in range(r)]
+        out["allowed_token_ids"], out["cu_allowed_token_ids"] = _ragged_lists(allowed)
+    if "bad-words" in rules:
+        words = [[] if i == 0 else [top[i][:1], outputs[i][-1:] + top[i][1:2], rand(2)] for i in range(r)]
+        words = [[w for w in ws if w] for ws in words]
+        out["bad_words_token_ids"], out["cu_bad_words_token_ids"] = _ragged_lists([[t for w in ws for t in w]
+                                                                                    for ws in words])
+        out["bad_words_lengths"], out["cu_bad_words_lengths"] = _ragged_lists([[len(w) for w in ws] for ws in words])
+    if "min-tokens" in rules:
+        out["min_tokens"] = torch.tensor([0 if i == 0 else len(outputs[i]) + (i % 3) for i in range(r)],
+                                         dtype=torch.int32)
+        out["stop_token_ids"], out["cu_stop_token_ids"] = _ragged_lists([top[i][:2] for i in range(r)])
+    if "grammar" in rules:
+        bits = torch.rand(step.logits.shape[0], v, generator=gen) < 0.5
+        bits[torch.arange(bits.shape[0]), logits.argmax(1)] = torch.rand(bits.shape[0], generator=gen) < 0.5
+        from replay_harness.oracle.logprobs import pack_bits
+        out["grammar_bitmask"] = pack_bits(bits)
+        out["has_grammar"] = (torch.arange(r) % 2 == 1).to(torch.int8)
+    if "logprobs" in rules:
+        out["logprobs"] = torch.tensor([[-1, 0, 3, 5][i % 4] for i in range(r)], dtype=torch.int32)
+        out["logprobs_mode"] = torch.tensor([i % 4 for i in range(r)], dtype=torch.int8)
+    return dataclasses.replace(step, **out)

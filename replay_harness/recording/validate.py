@@ -14,6 +14,7 @@ import torch
 
 from replay_harness.errors import InputError
 from replay_harness.recording.digest import ALGORITHMS, HEX_DIGITS, algorithm_of, recording_digest, tensor_digest
+from replay_harness.recording.validate_pipeline import check_pipeline
 from replay_harness.recording.schema import (FIELDS, KNOWN_FIELDS, MANIFEST, MANIFEST_KEYS,
                                              OPTIONAL_MANIFEST_KEYS, ROUTE_CODE, ROUTES, UNKNOWN_ROUTE,
                                              UNSUPPORTED_FIELDS, Field)
@@ -24,7 +25,9 @@ _TYPED = sorted((f for f in FIELDS if f.dtypes), key=lambda f: len(f.dtypes) > 1
 # Shape checks after logits [N, V] and cu_num_logits [R+1] fixed N and R: the shape groups in the order
 # their problems are listed, with what the message says the dims are.
 _SHAPE_NOTES = {("N",): "one per logits row", ("R",): "one per request", ("R", "K+1"): "R, max_k+1",
-                ("N-R", "V"): "one per verify row"}
+                ("N-R", "V"): "one per verify row", ("R+1",): "a prefix sum over requests",
+                ("N", "W"): "one bitmask row per logits row, ceil(V/32) words",
+                ("R", "K+1", "W"): "R, max_k+1, ceil(V/32) words"}
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -62,8 +65,8 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
 
     for name in UNSUPPORTED_FIELDS:
         if name in t:
-            bad(name, "uses penalties / logit bias / bad words, which need token histories; "
-                      "schema v1 replay does not implement them yet (see docs/FIXTURES.md, 'Not yet supported')")
+            bad(name, "a name minor 1 reserved and the format did not adopt (docs/FIXTURES.md, 'The sampling "
+                      "pipeline': bad_words_token_ids, allowed_token_ids)")
     for name in sorted(set(t) - KNOWN_FIELDS):
         bad(name, "unknown tensor name for schema v1", warning=True)
     for f in FIELDS:
@@ -95,11 +98,12 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
     if out:
         return out
     k = cu_l[1:] - cu_l[:-1] - 1
-    dims = {"N": n, "R": r, "V": vocab_size, "N-R": n - r, "K+1": int(k.max()) + 1}
+    dims = {"N": n, "R": r, "V": vocab_size, "N-R": n - r, "K+1": int(k.max()) + 1, "R+1": r + 1,
+            "W": (vocab_size + 31) // 32}
     for shape, note in _SHAPE_NOTES.items():
         expected = tuple(dims[d] for d in shape)
         for f in FIELDS:
-            if f.shape == shape and f.name in t and t[f.name].shape != expected:
+            if f.shape == shape and f.name in t and f.name != "cu_num_logits" and t[f.name].shape != expected:
                 bad(f.name, f"shape {list(t[f.name].shape)}, expected {list(expected)} ({note})")
     if out:
         return out
@@ -151,6 +155,8 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
     if torch.unique(t["request_ids"]).numel() != r:
         bad("request_ids", "request ids are not unique within the step")
     _check_emitted(t, k, vocab_size, bad)
+    if not out:
+        check_pipeline(t, k, vocab_size, bad)
     return out
 
 
