@@ -55,8 +55,9 @@ def vllm():
     return gumbel_sample, rejection_sample, apply_temperature
 
 
-def vllm_verify(rejection_sample, step, processed):
-    """Run vLLM's rejection_sample on one step; returns (tokens [R, K+1] -1 padded, counts [R])."""
+def vllm_verify(rejection_sample, step, processed, **options):
+    """Run vLLM's rejection_sample on one step (``options``: its keyword options, e.g. use_block_verification);
+    returns (tokens [R, K+1] -1 padded, counts [R])."""
     r, n = step.num_requests, processed.shape[0]
     k_max = max(step.max_drafts, 1)
     cu = step.cu_num_logits.to(torch.int32)
@@ -72,7 +73,7 @@ def vllm_verify(rejection_sample, step, processed):
                 draft_logits[rows[j], local[j]] = step.draft_logits[d_idx[j]]
     sampled, num = rejection_sample(processed.contiguous(), draft_logits, draft_sampled, cu, step.positions,
                                     torch.arange(r, dtype=torch.int32), rows, local, step.temperature, step.seed,
-                                    k_max)
+                                    k_max, **options)
     width = step.max_drafts + 1
     keep = torch.arange(width)[None, :] < num[:, None].long()
     return torch.where(keep, sampled[:, :width], torch.full_like(sampled[:, :width], -1)), num

@@ -6,7 +6,8 @@ import torch
 from replay_harness.impls.contract import Sampler
 from replay_harness.oracle.logprobs import emitted_outputs
 from replay_harness.oracle.sampling_params import apply_sampling_params
-from replay_harness.oracle.walk import verify_request
+from replay_harness.oracle.methods import STANDARD, Method, method_of, verify_with
+from replay_harness.recording.schema import RNG_CONTRACTS
 from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step, expected_route
 
 
@@ -14,6 +15,7 @@ class ReferenceSampler(Sampler):
     name = "reference"
     description = "pure torch oracle, Model Runner V2 semantics (greedy and stochastic verify per request)"
     rng_contract = "mrv2"
+    rng_contracts = RNG_CONTRACTS  # the width of every draw follows the recording's contract (Step.rng_contract)
     cpu_only = True  # the oracle loops per request in Python; the runner gives it CPU tensors
     keeps_inputs = True  # reads the step only (tests/test_impls.py checks)
 
@@ -22,9 +24,9 @@ class ReferenceSampler(Sampler):
         return apply_sampling_params(step)
 
     def verify(self, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
-               seed: int, draft_logits: torch.Tensor | None) -> list[int]:
+               seed: int, draft_logits: torch.Tensor | None, method: Method = STANDARD) -> list[int]:
         """One request's emitted tokens (a hook: tests/broken_impls.py overrides it)."""
-        return verify_request(logits, drafts, positions, temperature, seed, draft_logits)
+        return verify_with(method, logits, drafts, positions, temperature, seed, draft_logits)
 
     def sample(self, step: Step) -> SampleResult:
         processed = self.process(step)
@@ -38,7 +40,8 @@ class ReferenceSampler(Sampler):
             if step.draft_logits is not None and b - a > 1:
                 draft_logits = step.draft_logits[d_idx[a:b - 1]]
             tokens = self.verify(processed[a:b], step.draft_token_ids[a:b - 1].tolist(),
-                                 step.positions[a:b].tolist(), temperature, int(step.seed[r]), draft_logits)
+                                 step.positions[a:b].tolist(), temperature, int(step.seed[r]), draft_logits,
+                                 method_of(step, r))
             result.tokens[r, :len(tokens)] = torch.tensor(tokens)
             result.counts[r] = len(tokens)
             result.routes[r] = ROUTE_CODE[expected_route(temperature, b - a - 1)]

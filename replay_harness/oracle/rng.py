@@ -212,17 +212,18 @@ def _murmur3_fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def murmur3_hash32(seed: Int, pos: Int, token: Int, *, device=None) -> torch.Tensor:
-    """The 32-bit hash behind the Gumbel noise (domain 0).
+def murmur3_hash32(seed: Int, pos: Int, token: Int, *, device=None, domain: int = 0) -> torch.Tensor:
+    """The 32-bit hash behind the Gumbel noise.
 
     Mixes, in order, seed low 32 bits, seed high 32 bits, pos low 32 bits and
-    token (low 32 bits) into h = 0, then ``fmix32(h ^ 16)``.
+    token (low 32 bits) into h = ``domain`` (0; the fp64 contract's second word uses
+    :data:`DOMAIN_HI`), then ``fmix32(h ^ 16)``.
     Inputs broadcast together; returns int64 with values in [0, 2**32).
     Per-row inputs (shape ``[N, 1]``) are mixed before broadcasting to tokens.
     """
     device = _device_of(seed, pos, token, device=device)
     seed, pos, token = _i64(seed, device), _i64(pos, device), _i64(token, device)
-    h = _murmur3_mix(torch.zeros_like(seed), _lo32(seed))
+    h = _murmur3_mix(torch.full_like(seed, domain), _lo32(seed))
     h = _murmur3_mix(h, _hi32(seed))
     h = _murmur3_mix(h, _lo32(pos))
     h = _murmur3_mix(h, _lo32(token))
@@ -273,6 +274,36 @@ def gumbel_noise(seed: Int, pos: Int, token: Int, *, device=None) -> torch.Tenso
     """
     u = murmur3_uniform32(seed, pos, token, device=device)
     return -_log_f32(-log1p_neg(u))
+
+
+# ---------------------------------------------------------------------------- the contract's variants
+# `mrv2-fp64` (vLLM's use_fp64_gumbel): every Gumbel draw takes a 53-bit uniform from two hashes (the second
+# in domain DOMAIN_HI) and the noise -log(-log(u)) in float64; the accept uniform is unchanged.
+DOMAIN_HI = 0x9E3779B9
+TWO_POW_M53 = 1.1102230246251565e-16
+# A drafter's draws (probabilistic drafts) key their noise by pos + DRAFT_NOISE_SALT, so a draft and the
+# verifier's resample at the same position never share noise (vLLM gumbel.py _DRAFT_NOISE_SALT).
+DRAFT_NOISE_SALT = 1 << 30
+
+
+def murmur3_uniform64(seed: Int, pos: Int, token: Int, *, device=None) -> torch.Tensor:
+    """float64 uniform in (0, 1) of the fp64 contract: ``((hi << 32 | lo) >> 11 + 0.5) * 2**-53``, with
+    ``lo`` / ``hi`` the domain-0 / DOMAIN_HI hashes; the largest value (1.0 after rounding) steps down one."""
+    lo = murmur3_hash32(seed, pos, token, device=device)
+    hi = murmur3_hash32(seed, pos, token, device=device, domain=DOMAIN_HI)
+    random53 = (hi << 21) | (lo >> 11)  # ((hi << 32) | lo) >> 11 without leaving int64
+    u = (random53.to(torch.float64) + 0.5) * TWO_POW_M53
+    return torch.where(u == 1.0, u - TWO_POW_M53, u)
+
+
+def gumbel_noise64(seed: Int, pos: Int, token: Int, *, device=None) -> torch.Tensor:
+    """float64 Gumbel noise of the fp64 contract: ``-log(-log(u))``, u = :func:`murmur3_uniform64`."""
+    return -torch.log(-torch.log(murmur3_uniform64(seed, pos, token, device=device)))
+
+
+def draw_noise(seed: Int, pos: Int, token: Int, *, fp64: bool = False, device=None) -> torch.Tensor:
+    """The Gumbel noise of one draw under the contract's width: float32 (``mrv2``) or float64 (``mrv2-fp64``)."""
+    return gumbel_noise64(seed, pos, token, device=device) if fp64 else gumbel_noise(seed, pos, token, device=device)
 
 
 def gumbel_row(seed: int, pos: int, vocab_size: int, device=None) -> torch.Tensor:

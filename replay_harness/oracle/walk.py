@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import torch
 
-from replay_harness.oracle.rng import accept_uniform, gumbel_noise
+from replay_harness.oracle.rng import accept_uniform, draw_noise
 
 
 def argmax_first(x: torch.Tensor) -> int:
     """Index of the maximum, first on ties, NaN treated as -inf (as the kernels do)."""
-    x = torch.nan_to_num(x.float(), nan=float("-inf"), posinf=float("inf"))
+    return argmax_first_exact(x.float())
+
+
+def argmax_first_exact(x: torch.Tensor) -> int:
+    """:func:`argmax_first` in ``x``'s own float dtype (float64 scores of the fp64 contract stay float64)."""
+    x = torch.nan_to_num(x, nan=float("-inf"), posinf=float("inf"))
     return int(torch.argmax(x))
 
 
@@ -46,13 +51,16 @@ def residual_logits(target: torch.Tensor, draft_token: int, draft: torch.Tensor 
 
 
 # Every Gumbel noise value of the mrv2 contract is at most NOISE_HIGH: the uniform is at least 2**-33, so the
-# noise is at most 22.87. A looser bound stays exact, only slower.
+# noise is at most 22.87 (mrv2-fp64: 1 - u is at least 2**-54, so at most 37.5). A looser bound stays exact,
+# only slower.
 NOISE_HIGH = 23.0
+NOISE_HIGH_FP64 = 38.0
 
 
-def gumbel_draw(scores: torch.Tensor, seed: int, pos: int) -> int:
+def gumbel_draw(scores: torch.Tensor, seed: int, pos: int, fp64: bool = False) -> int:
     """Gumbel-max draw from unnormalised log-probabilities ``scores`` [V]: the token of
-    ``argmax_first(scores + gumbel_noise(seed, pos, v))``, with NaN read as -inf.
+    ``argmax_first(scores + gumbel_noise(seed, pos, v))``, with NaN read as -inf; ``fp64``: the scores widened
+    to float64 plus the fp64 contract's noise (``rng.gumbel_noise64``), as vLLM's ``use_fp64_gumbel``.
 
     Only candidates get noise. The winner scores at least what the largest ``x`` (first index) scores with its
     own noise, ``floor``; a token with ``fl(x + NOISE_HIGH) < floor`` (float32 rounding is monotone) scores
@@ -60,10 +68,12 @@ def gumbel_draw(scores: torch.Tensor, seed: int, pos: int) -> int:
     248,320 tokens; a flat row keeps them all.
     """
     x = torch.nan_to_num(scores.float(), nan=float("-inf"), posinf=float("inf"))
+    if fp64:
+        x = x.double()
     top = int(torch.argmax(x))
-    floor = x[top] + gumbel_noise(seed, pos, top)
-    cand = torch.nonzero(x + NOISE_HIGH >= floor).flatten()  # in index order: first-on-ties is kept
-    return int(cand[argmax_first(x[cand] + gumbel_noise(seed, pos, cand))])
+    floor = x[top] + draw_noise(seed, pos, top, fp64=fp64)
+    cand = torch.nonzero(x + (NOISE_HIGH_FP64 if fp64 else NOISE_HIGH) >= floor).flatten()  # index order kept
+    return int(cand[argmax_first_exact(x[cand] + draw_noise(seed, pos, cand, fp64=fp64))])
 
 
 def accept_test(target: torch.Tensor, draft_token: int, draft: torch.Tensor | None, seed: int,
@@ -80,11 +90,11 @@ def accept_test(target: torch.Tensor, draft_token: int, draft: torch.Tensor | No
 
 
 def verify_request(logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
-                   seed: int, draft_logits: torch.Tensor | None) -> list[int]:
+                   seed: int, draft_logits: torch.Tensor | None, fp64: bool = False) -> list[int]:
     """Tokens emitted by one request.
 
     logits [k+1, V] float32 processed; drafts: k ids (-1 = placeholder); positions: k+1;
-    draft_logits [k, V] pre-temperature or None.
+    draft_logits [k, V] pre-temperature or None; ``fp64``: the draws of the ``mrv2-fp64`` contract.
     """
     k = len(drafts)
     if temperature == 0.0:
@@ -100,11 +110,11 @@ def verify_request(logits: torch.Tensor, drafts: list[int], positions: list[int]
     uniforms = accept_uniform(torch.tensor(seed), torch.tensor(positions[:k], dtype=torch.int64))  # one Philox call
     for i, d in enumerate(drafts):
         if d < 0:  # placeholder: verification ends, draw from the target at this row
-            return out + [gumbel_draw(logits[i], seed, positions[i])]
+            return out + [gumbel_draw(logits[i], seed, positions[i], fp64)]
         q = None if draft_logits is None else draft_logits[i].float() / temperature
         log_p, threshold = accept_test(logits[i], d, q, seed, positions[i], uniforms[i])
         if bool(log_p > threshold):
             out.append(d)
             continue
-        return out + [gumbel_draw(residual_logits(logits[i], d, q), seed, positions[i])]
-    return out + [gumbel_draw(logits[k], seed, positions[k])]
+        return out + [gumbel_draw(residual_logits(logits[i], d, q), seed, positions[i], fp64)]
+    return out + [gumbel_draw(logits[k], seed, positions[k], fp64)]

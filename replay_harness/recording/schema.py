@@ -150,6 +150,12 @@ FIELDS = (
     Field("logit_bias_values", _F32, ("*",), INPUT, required=False, ragged="cu_logit_bias"),
     Field("cu_logit_bias", _I32, ("R+1",), INPUT, required=False),
     Field("grammar_bitmask", _I32, ("N", "W"), INPUT, required=False),
+    # How drafts were verified and drawn (docs/FIXTURES.md, "Verification methods"). Absent: standard, greedy.
+    Field("verify_method", _I8, ("R",), INPUT, required=False),
+    Field("fly_window", _I32, ("R",), INPUT, required=False),
+    Field("fly_entropy_threshold", _F32, ("R",), INPUT, required=False),
+    Field("fly_entropy_top_k", _I32, ("R",), INPUT, required=False),
+    Field("draft_sampling", _I8, ("R",), INPUT, required=False),
     Field("emitted_tokens", _I32, ("R", "K+1"), EMITTED),
     Field("emitted_counts", _I32, ("R",), EMITTED),
     Field("emitted_routes", _I8, ("R",), EMITTED, required=False),
@@ -181,4 +187,10 @@ PIPELINE_FIELDS = tuple(f.name for f in FIELDS if f.role == INPUT and not f.requ
                         and f.name != "draft_logits")  # schema minor 2's inputs, all optional
 LOGPROB_FIELDS = ("emitted_logprobs", "emitted_logprob_ids", "emitted_logprob_ranks")  # come together
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits")  # logprobs_mode codes
+VERIFY_METHODS = ("standard", "block", "fly")  # verify_method codes
+DRAFT_SAMPLING = ("greedy", "probabilistic")  # draft_sampling codes
+FLY_FIELDS = ("fly_window", "fly_entropy_threshold", "fly_entropy_top_k")
+# RNG contracts replay's oracle implements: `mrv2` (float32 Gumbel noise) and `mrv2-fp64` (vLLM's use_fp64_gumbel:
+# float64 noise from 53-bit uniforms). Any other name is an engine's own (tokens compared statistically only).
+RNG_CONTRACTS = ("mrv2", "mrv2-fp64")
 KNOWN_FIELDS = frozenset(FIELD)

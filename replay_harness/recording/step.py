@@ -37,7 +37,19 @@ class Step(SamplingBatch):
     """Inputs of one sampler call as a recording holds them: the fields and row layout of
     :class:`replay_kernels.batch.SamplingBatch` (R requests, N = sum(1 + k_r) rows, V vocabulary; shapes and
     dtypes there and in docs/FIXTURES.md), ``request_ids`` [R] int64 always set (a step file holds them), plus
-    what the harness does with a step: move it, select requests, the expected route of each request."""
+    what the harness does with a step: move it, select requests, the expected route of each request.
+
+    How drafts were verified and drawn (docs/FIXTURES.md "Verification methods"; None: standard, greedy drafts):
+    verify_method [R] int8 (schema.VERIFY_METHODS), fly_window [R] int32, fly_entropy_threshold [R] float32,
+    fly_entropy_top_k [R] int32 (FLy's), draft_sampling [R] int8 (schema.DRAFT_SAMPLING). ``rng_contract``: the
+    recording's contract (manifest), which fixes the noise width of every draw."""
+
+    verify_method: torch.Tensor | None = None
+    fly_window: torch.Tensor | None = None
+    fly_entropy_threshold: torch.Tensor | None = None
+    fly_entropy_top_k: torch.Tensor | None = None
+    draft_sampling: torch.Tensor | None = None
+    rng_contract: str = "mrv2"
 
     def to(self, device: torch.device | str) -> "Step":
         moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -64,7 +76,8 @@ class Step(SamplingBatch):
         if self.grammar_bitmask is not None:
             per_req["grammar_bitmask"] = self.grammar_bitmask[rows_t.to(self.grammar_bitmask.device)]
         return Step(logits=self.logits[rows_t], cu_num_logits=new_cu, draft_token_ids=self.draft_token_ids[rows_t],
-                    positions=self.positions[rows_t], draft_logits=draft_logits, **per_req)
+                    positions=self.positions[rows_t], draft_logits=draft_logits, rng_contract=self.rng_contract,
+                    **per_req)
 
 
 

@@ -380,7 +380,9 @@ class Recording:
         if problems:
             raise problems[0]
         emitted = Emitted.from_tensors(tensors)
-        return StepRecord(index=index, file=file, step=step_from_tensors(tensors), emitted=emitted, meta=meta)
+        step = step_from_tensors(tensors)
+        step.rng_contract = self.rng_contract  # fixes the noise width of every draw (schema.RNG_CONTRACTS)
+        return StepRecord(index=index, file=file, step=step, emitted=emitted, meta=meta)
 
     def step_digest(self, index: int, quiet: bool = False) -> str | None:
         """The content digest of step ``index``: the one remembered when it was read (recording/digest.py) if

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from replay_harness import limits
-from replay_harness.recording.schema import FIELD, LOGPROB_FIELDS, LOGPROBS_MODES, RAGGED_FIELDS
+from replay_harness.recording.schema import (DRAFT_SAMPLING, FIELD, FLY_FIELDS, LOGPROB_FIELDS, LOGPROBS_MODES,
+                                             RAGGED_FIELDS, VERIFY_METHODS)
 
 # What a field needs beside it (docs/FIXTURES.md, "Which fields go together").
 NEEDS = {
@@ -103,6 +104,40 @@ def check_pipeline(t: dict[str, torch.Tensor], k: torch.Tensor, vocab_size: int,
         _warn_empty_grammar_rows(t, vocab_size, bad)
     if all(name in t for name in LOGPROB_FIELDS) and "logprobs" in t:
         _check_logprobs(t, vocab_size, bad)
+    _check_methods(t, k, bad)
+
+
+def _codes(t: dict, name: str, names: tuple[str, ...], bad) -> bool:
+    """An int8 code field within ``names``' codes; False when it is not."""
+    x = t[name].long()
+    wrong = (x < 0) | (x >= len(names))
+    if bool(wrong.any()):
+        rr = _first(wrong)
+        bad(name, f"request {rr}: code {int(x[rr])} is outside [0, {len(names) - 1}] ({', '.join(names)})")
+        return False
+    return True
+
+
+def _check_methods(t: dict, k: torch.Tensor, bad) -> None:
+    """docs/FIXTURES.md "Verification methods": codes, FLy's parameters, draft logits of probabilistic drafts."""
+    if "verify_method" in t and _codes(t, "verify_method", VERIFY_METHODS, bad):
+        fly = t["verify_method"].long() == VERIFY_METHODS.index("fly")
+        missing = [name for name in FLY_FIELDS if name not in t]
+        if bool(fly.any()) and missing:
+            bad("verify_method", f"request {_first(fly)} uses fly, which needs {', '.join(missing)}")
+        elif bool(fly.any()):
+            window, threshold, top_k = (t[name] for name in FLY_FIELDS)
+            for name, wrong in (("fly_window", window < 1), ("fly_entropy_threshold", ~torch.isfinite(threshold)),
+                                ("fly_entropy_top_k", top_k < 1)):
+                if bool((fly & wrong).any()):
+                    rr = _first(fly & wrong)
+                    bad(name, f"request {rr}: {t[name][rr].item()} (fly needs a window and a top-k >= 1 and a "
+                              "finite threshold)")
+    if "draft_sampling" in t and _codes(t, "draft_sampling", DRAFT_SAMPLING, bad):
+        sampled = (t["draft_sampling"].long() == 1) & (k > 0) & (t["temperature"] != 0)
+        if bool(sampled.any()) and "draft_logits" not in t:
+            bad("draft_sampling", f"request {_first(sampled)}: probabilistic drafts need draft_logits (the "
+                                  "drafter's logits they were drawn from)")
 
 
 def _check_per_request(t: dict, vocab_size: int, bad) -> None:
