@@ -73,3 +73,25 @@ def test_method_matches_vllm(vllm, case, method):  # noqa: F811
         n, t = agree(rejection_sample, step, **options)
         total, ties = total + n, ties + t
     assert ties <= max(1, total // 20), f"{ties} near-ties in {total} requests"
+
+
+@pytest.mark.parametrize("fp64", [False, True], ids=["mrv2", "mrv2-fp64"])
+def test_derived_drafts_match_vllm_drafter(vllm, fp64):  # noqa: F811
+    """oracle/drafts.py draws what vLLM's drafter draws (gumbel_sample with is_drafting=True: pos + 2**30), and
+    the unsalted draws differ (the mechanism draft_noise_diagnosis names)."""
+    from replay_harness.oracle.drafts import derive_drafts
+
+    gumbel_sample, _, _ = vllm
+    case = Case("drafts", vocab_size=733, num_requests=6, max_drafts=4, temperatures=(0.6, 1.0, 1.4),
+                features=frozenset({"draft-logits", "no-k0"}), dtype=torch.float32)
+    step = random_step(torch.Generator().manual_seed(5), case)
+    step = dataclasses.replace(step, draft_sampling=torch.ones(step.num_requests, dtype=torch.int8),
+                               rng_contract="mrv2-fp64" if fp64 else "mrv2")
+    verify_rows = step.draft_row_index() >= 0
+    rows = step.row_to_request()[verify_rows].to(torch.int32)
+    theirs = gumbel_sample(step.draft_logits.float().contiguous(), rows, step.temperature, step.seed,
+                           step.positions[verify_rows], apply_temperature=True, is_drafting=True, use_fp64=fp64)
+    ours = torch.tensor([d for r in range(step.num_requests) for d in derive_drafts(step, r)])
+    unsalted = torch.tensor([d for r in range(step.num_requests) for d in derive_drafts(step, r, salt=0)])
+    assert torch.equal(ours, theirs.long())
+    assert not torch.equal(unsalted, theirs.long())
