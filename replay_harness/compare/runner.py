@@ -97,12 +97,20 @@ def start_comparison(rec: Recording, impl: Sampler,
         cmp.notes.append("the recording holds no engine tokens (derived, e.g. by `replay synth`): compared "
                          "against reference")
         against = get_impl("reference")
-    other_contract = rec.rng_contract if against == "recorded" else against.rng_contract
-    exact = other_contract == impl.rng_contract != "unknown"
+    other_contract = rec.rng_contract if against == "recorded" else contract_for(against, rec)
+    mine = contract_for(impl, rec)
+    exact = other_contract == mine != "unknown"
     if not exact:
-        cmp.notes.append(f"RNG contracts differ ({impl.rng_contract} vs {other_contract}): "
+        cmp.notes.append(f"RNG contracts differ ({mine} vs {other_contract}): "
                          "stochastic requests are not compared token by token; use statistical verification")
     return cmp, exact, against
+
+
+def contract_for(impl: Sampler, rec: Recording) -> str:
+    """The RNG contract ``impl`` replays ``rec`` under: the recording's when the impl implements several and that
+    one among them (``rng_contracts``, e.g. the reference's mrv2 and mrv2-fp64: Step.rng_contract fixes the
+    width), else the impl's own."""
+    return rec.rng_contract if rec.rng_contract in getattr(impl, "rng_contracts", ()) else impl.rng_contract
 
 
 def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, against: str | Sampler,
