@@ -1,9 +1,10 @@
 """`exec:` programs that attack replay's step files or bend the reply rules (docs/EXTERNAL.md, "The temp folder",
-"Failures"): a FIFO, a symlink or a removed / replaced temp folder never makes replay hang, write outside
-its temp folder or blame anyone but the program; a count that contradicts the route, a second reply line to
+"Failures", "Caps"): a FIFO, a symlink or a removed / replaced temp folder never makes replay hang, write outside
+its temp folder or blame anyone but the program; a program that never reads its stdin is a timeout, not a
+hang; a reply nested too deep, with a too long integer or past its step's size is a bad reply naming program
+and step, and what is kept of the notes is capped; a count that contradicts the route, a second reply line to
 one step and an out-of-range --impl-timeout are refused by name; `"error": null` is no error; the Python
-adapter keeps native writes to fd 1 off the protocol; the documented ExternalImplError reasons are the
-code's.
+adapter keeps native writes to fd 1 off the protocol; the documented ExternalImplError reasons are the code's.
 
 Recordings used: the committed fixtures synthetic-founding and synthetic-mixed (SYNTHETIC).
 """
@@ -34,7 +35,20 @@ PROGRAM = textwrap.dedent('''
     import json, os, shutil, struct, sys
 
     mode, arg = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "")
+    if mode == "deep-handshake":
+        print("[" * 20000 + "]" * 20000, flush=True)  # within the 64 KiB of a handshake
+    if mode == "no-read":  # never reads its stdin, and fills that pipe itself (what 16 long step paths do)
+        fd = os.open("/proc/self/fd/0", os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                os.write(fd, b"x" * 4096)
+        except BlockingIOError:
+            pass
     print(json.dumps({"protocol": "replay.exec/1", "name": "hostile-" + mode, "rng_contract": "mrv2"}), flush=True)
+    if mode == "no-read":
+        import time
+        time.sleep(10)  # not for ever: a replay blocked in write(2) gets EPIPE then (a crash, not a hang)
+        sys.exit(0)
 
     def header(path):
         raw = open(path, "rb").read()
@@ -69,7 +83,17 @@ PROGRAM = textwrap.dedent('''
             reply["routes"] = [-1] * r
         elif mode == "error-null":
             reply["error"] = None
+        if mode == "notes":  # 100 notes of ARG characters each, every reply
+            reply["notes"] = ["n" * int(arg)] * 100
+        elif mode == "wide":  # ARG empty objects under a key replay ignores
+            reply["debug"] = [{}] * int(arg)
         text = json.dumps(reply) + "\\n"
+        if mode == "deep":
+            text = "[" * 100000 + "]" * 100000 + "\\n"
+        elif mode == "unclosed":
+            text = "[" * 100000 + "\\n"
+        elif mode == "digits":  # a 5,000-digit integer (json.dumps itself refuses to write one)
+            text = text.replace('"counts": [0', '"counts": [' + "1" * 5000, 1)
         if mode == "double" and i == int(arg):
             text *= 2  # one write: the second line is there the moment the first one is
         os.write(1, text.encode())
@@ -189,6 +213,69 @@ def test_run_steps_and_bench_name_the_recording_s_step(program, command):
     rc, out, err = main_inproc(*command, "--impl", impl)
     first = 2 if "--steps" in command else 0
     assert rc == 3 and f"reply to step {first} of {MIXED}: routes[0]" in err, out + err
+
+
+# ---------------------------------------------------------------- bounds: the write, the parser, the notes
+
+
+def test_a_program_that_never_reads_its_stdin_is_a_timeout_not_a_hang(program):
+    """The step path goes to a pipe the program never reads (full here: the program fills it, as 16 long step
+    paths do): replay waits --impl-timeout for room at most, kills the group, exit 3, one line."""
+    impl = f"exec:{program} no-read"
+    try:
+        p = subprocess.run([sys.executable, "-m", "replay_harness.cli", "run", REC, "--impl", impl,
+                            "--impl-timeout", "1"], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("replay blocked in write(2) past --impl-timeout")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 3 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"replay: error: impl '{impl}': program did not read step 0 of {REC} from its "
+                               "stdin within 1 s (--impl-timeout); program killed"), lines[0]
+
+
+def test_the_write_timeout_is_a_timeout_error(program):
+    with pytest.raises(ExternalImplError) as e:  # blocked in write(2), it was a crash 10 s later (the program's exit)
+        _replay(ExecSampler(f"{program} no-read", timeout=0.5))
+    assert e.value.reason == "timeout" and "program did not read step 0" in str(e.value)
+
+
+@pytest.mark.parametrize("mode,says", [
+    ("deep", "reply to step 0 of {rec} is nested deeper than the JSON parser goes (1,000 levels, less replay's own)"),
+    ("unclosed", "reply to step 0 of {rec} is nested deeper than the JSON parser goes"),
+    ("digits", "reply to step 0 of {rec} holds a number of 5,000 digits (at most 100)"),
+    ("wide 400000", 'reply to step 0 of {rec} is 1,600,277 bytes, over the 1,050,112 a reply to this step may have'),
+    ("deep-handshake", "bad handshake: first stdout line is nested deeper than the JSON parser goes"),
+])
+def test_a_reply_past_the_parser_s_bounds_is_a_bad_reply_naming_program_and_step(program, mode, says):
+    """Nesting 100,000 deep and a 5,000-digit integer were RecursionError / ValueError out of json.loads (an
+    internal error naming neither program nor step); 400,000 empty objects under an ignored key were parsed
+    whole (1.3 GB for 60 MiB of them): a reply past its step's size (32 bytes per R x (K + 4), + 1 MiB) is
+    refused unparsed. Each is a bad reply now: exit 3, one line naming both."""
+    impl = f"exec:{program} {mode}"
+    rc, out, err = main_inproc("run", REC, "--impl", impl)
+    lines = err.strip().splitlines()
+    assert rc == 3 and len(lines) == 1 and "internal error" not in err, err
+    assert lines[0].startswith(f"replay: error: impl '{impl}': {says.format(rec=REC)}"), lines[0]
+    with pytest.raises(ExternalImplError) as e:
+        with ExecSampler(f"{program} {mode}") as sampler:
+            _replay(sampler)
+    assert e.value.reason == ("handshake" if "handshake" in mode else "garbage")
+
+
+def test_what_is_kept_of_the_notes_is_capped(program):
+    """100 notes of 3,000 characters a reply, 40 replies (12 MB): 16 notes of 2,000 characters kept a reply,
+    1 MiB of notes over the sampler's life; a note says what was dropped."""
+    steps = [record.step for record in Recording(REC)]
+    with ExecSampler(f"{program} notes 3000") as impl:
+        impl.begin_recording(REC)
+        results = [sample_at(impl, steps[i % 3], i % 3) for i in range(40)]
+    first = results[0].notes
+    assert len(first) == 17 and all(len(n) < 2100 for n in first[:16]), [len(n) for n in first]
+    assert first[0].startswith("n" * 2000 + "… (1,000 more characters)") and "84 more notes dropped" in first[16]
+    kept = sum(len(n) for r in results for n in r.notes)
+    assert (1 << 20) - 40_000 < kept <= (1 << 20) + 1000, kept
+    marks = [i for i, r in enumerate(results) if any("notes past 1,048,576 characters dropped" in n for n in r.notes)]
+    assert len(marks) == 1 and all(r.notes == [] for r in results[marks[0] + 1:]), marks
 
 
 @pytest.mark.parametrize("seconds", ["1e10", "inf"])

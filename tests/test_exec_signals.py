@@ -1,13 +1,16 @@
 """An `exec:` program never outlives replay and never grows replay's memory without bound (docs/EXTERNAL.md,
-"Caps" and "Process group"; issue 55, items 4 and 5): SIGINT and SIGTERM while the program hangs are exit
-130 well under a second with the program's whole process group gone (also a program that ignores SIGTERM
-and has a child in the background); the timeout, an error and a normal close kill the group too; a reply
-line past REPLAY_MAX_REPLY_BYTES or a stderr flood past REPLAY_MAX_STDERR_BYTES is exit 3 at once, one line,
-with bounded RSS.
+"Caps" and "Process group"; issue 55, items 4 and 5; issue 67, item 2): SIGINT and SIGTERM while the program
+hangs are exit 130 well under a second with the program's whole process group gone (also a program that
+ignores SIGTERM and has a child in the background); SIGHUP, SIGQUIT and SIGKILL to replay, and SIGTERM and
+SIGHUP to pytest under the plugin, leave nothing of the group either (the watcher); the timeout, an error
+and a normal close kill the group too; a reply line past REPLAY_MAX_REPLY_BYTES, a stderr flood past
+REPLAY_MAX_STDERR_BYTES or replies of 60 MB of notes step after step are exit 3 at once, one line, with
+bounded RSS.
 
 Recording used: the committed fixture synthetic-mixed (SYNTHETIC).
 """
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -61,13 +64,20 @@ def _wait_gone(pgid: int, seconds: float = 2.0) -> list[int]:
     return alive
 
 
-def _start(tmp_path: Path, behaviour: str, *extra: str) -> tuple[subprocess.Popen, Path]:
+def _no_core() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT's default action dumps core
+
+
+def _start(tmp_path: Path, behaviour: str, *extra: str, argv: list[str] | None = None) -> tuple[subprocess.Popen, Path]:
+    """``replay run MIXED --impl exec:PROGRAM EXTRA`` (or ``argv`` + the program) as a child; the program's
+    process group lands in the returned file."""
     pgid_file = tmp_path / f"{behaviour}.pgid"
     env = dict(os.environ, PGID_FILE=str(pgid_file))
     env.pop("REPLAY_DEBUG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "replay_harness.cli", "run", MIXED, "--impl",
-                             f"exec:{_program(tmp_path, behaviour)}", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    prog = _program(tmp_path, behaviour)
+    argv = [*argv, f"exec:{prog}"] if argv else ["-m", "replay_harness.cli", "run", MIXED, "--impl", f"exec:{prog}"]
+    proc = subprocess.Popen([sys.executable, *argv, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=tmp_path, preexec_fn=_no_core)
     return proc, pgid_file
 
 
@@ -102,6 +112,45 @@ def test_signal_while_a_program_hangs_is_130_fast_and_leaves_nothing(tmp_path, s
     assert alive == [], alive
 
 
+def _signal_and_count(proc: subprocess.Popen, pgid_file: Path, signum: int) -> list[int]:
+    """Send ``signum`` once the program hangs; the PIDs of its group left 2 s after replay ended (killed)."""
+    try:
+        pgid = _pgid(proc, pgid_file)
+        time.sleep(0.2)
+        proc.send_signal(signum)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    alive = _wait_gone(pgid, 2.0)
+    for pid in alive:  # never leave them behind, whatever the verdict
+        os.kill(pid, signal.SIGKILL)
+    return alive
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGQUIT, signal.SIGKILL])
+def test_a_signal_that_ends_replay_by_default_ends_the_program_s_group(tmp_path, signum):
+    """SIGHUP (the terminal closed), SIGQUIT (Ctrl-\\) and SIGKILL end replay by their default action, so no
+    code of replay's runs: a watcher process outside the group sees replay's end and kills the group."""
+    proc, pgid_file = _start(tmp_path, "hang")
+    alive = _signal_and_count(proc, pgid_file, signum)
+    assert proc.returncode == -signum and alive == [], (proc.returncode, alive)
+
+
+PLUGIN_TEST = f"def test_replays(replay_check):\n    replay_check({MIXED!r})\n"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_pytest_under_the_plugin_ends_the_program_s_group(tmp_path, signum):
+    """pytest keeps SIGTERM's and SIGHUP's default action: a replay_check through an exec: program that hangs,
+    pytest signalled, nothing of the program's group left."""
+    (tmp_path / "test_replays.py").write_text(PLUGIN_TEST)
+    proc, pgid_file = _start(tmp_path, "hang", argv=["-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                                     "test_replays.py", "--replay-device", "cpu", "--replay-impl"])
+    alive = _signal_and_count(proc, pgid_file, signum)
+    assert proc.returncode == -signum and alive == [], (proc.returncode, alive)
+
+
 def test_timeout_kills_the_group(tmp_path):
     proc, pgid_file = _start(tmp_path, "hang", "--impl-timeout", "0.5")
     out, err = proc.communicate(timeout=120)
@@ -129,6 +178,47 @@ def test_flood_is_exit_3_fast_with_bounded_memory(tmp_path, behaviour, says):
     assert len(lines) == 1 and lines[0].startswith("replay: error: ") and says in lines[0], err
     assert took < 30, took
     assert _wait_gone(int(pgid_file.read_text())) == []
+    assert peak_kb < _baseline_rss_kb() + 400 * 1024, (peak_kb, _baseline_rss_kb())
+
+
+# Valid replies (every request refused) carrying 600 notes of 100,000 characters: 60 MB a reply.
+NOTES_PROGRAM = f"""\
+#!{sys.executable}
+import json, os, struct, sys
+print({HANDSHAKE!r}, flush=True)
+for line in sys.stdin:
+    raw = open(line.strip(), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    a, b = hdr["cu_num_logits"]["data_offsets"]
+    cu = struct.unpack("<%di" % hdr["cu_num_logits"]["shape"][0], raw[8 + n + a:8 + n + b])
+    r, k = len(cu) - 1, max(cu[i + 1] - cu[i] - 1 for i in range(len(cu) - 1))
+    reply = {{"tokens": [[-1] * (k + 1)] * r, "counts": [0] * r, "routes": ["refused"] * r,
+              "notes": ["n" * 100000] * 600}}
+    os.write(1, (json.dumps(reply) + "\\n").encode())
+"""
+
+
+def test_notes_do_not_grow_memory_step_after_step(tmp_path):
+    """12 steps answered with 60 MB of notes each (the issue: 1.9 GB over 10 steps, every note kept; 860 MiB
+    over a plain run here): a reply past its step's size (docs/EXTERNAL.md, "Caps") is refused unparsed, exit
+    3 at the first step, one line; peak RSS within 400 MiB of a plain run."""
+    from replay_harness.recording.store import Recording, RecordingWriter
+
+    rec, mixed = tmp_path / "twelve", Recording(MIXED)
+    with RecordingWriter(rec, vocab_size=mixed.vocab_size, rng_contract=mixed.rng_contract, synthetic=True) as w:
+        for record in [*mixed] * 4:
+            w.write_step(record.step, record.emitted)
+    prog = tmp_path / "notes.py"
+    prog.write_text(NOTES_PROGRAM)
+    prog.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "replay_harness.cli", "run", str(rec), "--impl", f"exec:{prog}",
+                             "--quiet"], stdout=(tmp_path / "out").open("wb"),
+                            stderr=subprocess.PIPE)  # a file: the notes printed must not fill a pipe
+    peak_kb = _peak_kb(proc)
+    err = proc.communicate(timeout=60)[1].decode()
+    assert proc.returncode == 3 and len(err.strip().splitlines()) == 1, err[-500:]
+    assert f"reply to step 0 of {rec} is 60,002,735 bytes, over the 1,050,624 a reply to this step may have" in err, err
     assert peak_kb < _baseline_rss_kb() + 400 * 1024, (peak_kb, _baseline_rss_kb())
 
 

@@ -13,16 +13,15 @@ docs/EXTERNAL.md is the normative description; in short:
   "kernel_us": 12.5, "notes": [...]}`` (or ``{"error": "..."}``);
 * EOF on stdin means exit.
 
-Every failure of the program (no or bad handshake, crash, hang past the timeout, a reply that is not
-JSON, a wrong shape or value, a second reply line to one step, a temp folder removed or replaced, a reply
-line or a stderr flood over its cap) raises :class:`ExternalImplError`
-(exit code 3) with one line naming the program, the step and what went wrong, quoting the last lines of its
-stderr. The process group is killed (SIGKILL) on every exit path: an error, an exception or Ctrl-C while
-waiting for the program, :meth:`ExecSampler.close`, garbage collection, and :func:`kill_all` (which the
-command line calls on SIGINT / SIGTERM and before it exits). What replay buffers of the program's output
-is bounded: one reply line at most ``REPLAY_MAX_REPLY_BYTES`` (64 MiB), at most two such lines held, the
-last ``STDERR_KEPT`` (64 KiB) of stderr kept (the rest read and dropped), and at most
-``REPLAY_MAX_STDERR_BYTES`` (64 MiB) of stderr between two replies (docs/EXTERNAL.md, "Caps").
+Every failure of the program (no or bad handshake, crash, a step not read or not answered in time, a
+reply that is not JSON or past the parser's bounds, a wrong shape or value, a second reply line to one
+step, a temp folder removed or replaced, a line or a stderr flood over its cap) raises
+:class:`ExternalImplError` (exit code 3), one line naming the program, the step and what went wrong,
+quoting the last lines of its stderr. The process group is killed (SIGKILL) on every exit path: an error,
+an exception or Ctrl-C while waiting for the program, :meth:`ExecSampler.close`, garbage collection,
+:func:`kill_all` (which the command line calls on SIGINT / SIGTERM and before it exits), and a watcher
+process when replay ends otherwise (SIGHUP, SIGQUIT, SIGKILL). What replay holds, parses and keeps of the
+program's output is bounded (docs/EXTERNAL.md, "Caps"; the constants of external_io).
 """
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -45,8 +45,9 @@ import torch
 
 from replay_harness.errors import EnvironmentProblem, UsageError
 from replay_harness.impls.contract import Sampler
-from replay_harness.impls.external_io import (EOF, LIVE, LIVE_LOCK, OVERFLOW, StderrTail, Unread, finish, folder_id,
-                                              pipe_bytes, pump_lines, pump_stderr, shutdown, write_fresh)
+from replay_harness.impls.external_io import (EOF, LIVE, LIVE_LOCK, OVERFLOW, BadJSON, NoteBudget, StderrTail, Unread,
+                                              cut, finish, folder_id, parse_line, pipe_bytes, pump_lines, pump_stderr,
+                                              shutdown, start_watcher, write_fresh, write_within)
 from replay_harness.impls.external_io import kill_all  # noqa: F401 (re-exported: cli.main calls external.kill_all)
 from replay_harness.limits import MAX_REPLY_BYTES, MAX_STDERR_BYTES, value
 from replay_harness.recording.schema import ROUTE_CODE, ROUTES
@@ -56,31 +57,28 @@ from replay_harness.recording.store import encode_step, load_step_file, step_fro
 STEP_FILE = "step.safetensors"  # the name of the step file in the temp folder
 REFUSED = ROUTE_CODE["refused"]
 TAMPERED = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM)  # the temp folder was changed
-PROTOCOL = "replay.exec"
-PROTOCOL_MAJOR = 1
-HANDSHAKE_TIMEOUT_S = 10.0
-DEFAULT_REPLY_TIMEOUT_S = 60.0
+PROTOCOL, PROTOCOL_MAJOR = "replay.exec", 1
+HANDSHAKE_TIMEOUT_S, DEFAULT_REPLY_TIMEOUT_S = 10.0, 60.0
 MAX_TIMEOUT_S = 1e6        # the longest --impl-timeout (and handshake timeout) taken: about 11.6 days
 CLOSE_CHECK_S = 0.01       # at the end of a recording, how long a second reply line to the last step is awaited
 CLOSE_GRACE_S = 2.0        # after EOF on stdin, how long the program may take to exit before SIGKILL
 STDERR_LINES_QUOTED = 3    # last stderr lines quoted in an error
 MAX_QUOTE = 300            # characters of a bad line quoted in an error
+HANDSHAKE_BYTES = 64 << 10  # the handshake line, at most (it needs a few hundred)
+# a reply line: at most 32 bytes per R x (K + 4) (it needs ~9 a token) + 1 MiB (notes, spaces, other keys)
+REPLY_BYTES_PER, REPLY_SLACK = 32, 1 << 20
+NAME_CHARS = 200           # the handshake's name and rng_contract, at most; its description is cut to NOTE_CHARS
 
 
 class ExternalImplError(EnvironmentProblem):
-    """The external program failed (exit code 3). ``reason`` is one of: handshake, crash, timeout,
-    garbage (not a JSON object, or a second reply line to one step), shape, value, reported (the program
-    replied with an error), overflow (a stdout line or stderr past its cap), step-file (the temp folder was
-    removed or replaced, or the step file could not be written there)."""
+    """The external program failed (exit code 3). ``reason`` is one of: handshake, crash, timeout (a step not
+    read or not answered in time), garbage (not a JSON object, past the parser's bounds, or a second reply line
+    to one step), shape, value, reported (the program replied with an error), overflow (a stdout line or stderr
+    past its cap), step-file (the temp folder was removed or replaced, or the step file could not be written)."""
 
     def __init__(self, message: str, reason: str):
         self.reason = reason
         super().__init__(message)
-
-
-# --------------------------------------------------------------------------
-# Step files (the fixture step format, inputs only)
-# --------------------------------------------------------------------------
 
 
 def step_file_bytes(step: Step, index: int) -> bytes:
@@ -93,11 +91,6 @@ def read_step_file(path: str | os.PathLike) -> tuple[Step, int]:
     tensors, raw_meta = load_step_file(path)
     meta = json.loads(raw_meta if raw_meta is not None else "{}")
     return step_from_tensors(tensors), int(meta.get("step", -1))
-
-
-# --------------------------------------------------------------------------
-# The sampler
-# --------------------------------------------------------------------------
 
 
 def check_timeout(seconds: Any, what: str = "--impl-timeout") -> float:
@@ -157,11 +150,13 @@ class ExecSampler(Sampler):
         self._err = StderrTail(self.max_stderr)  # the last STDERR_KEPT bytes; the flood guard
         self._discard = threading.Event()  # the program is being stopped: stdout lines are read and dropped
         self._lines: queue.Queue = queue.Queue(maxsize=1)  # with the line in the reader's hands: 2 held at most
-        self._unread = Unread()  # what the reader holds past the line it queued last
+        self._unread = Unread()  # the bytes the reader has read: past self._taken, stdout the program sent after
+        self._taken = 0  # the bytes of the lines taken, newlines included
         self._closed = False
         self._steps_sent = 0
         self._held: object = None  # EOF / OVERFLOW taken while looking for a second reply line: the next read's
         self._answered = ""  # the step whose reply was the last line read ("" before the first reply)
+        self._notes = NoteBudget()  # what is kept of the replies' notes
         try:
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True)
@@ -169,10 +164,12 @@ class ExecSampler(Sampler):
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise ExternalImplError(f"impl '{self.label}': cannot start {self.argv[0]}: {e.strerror or e}",
                                     "crash") from None
+        os.set_blocking(self._proc.stdin.fileno(), False)  # a step path waits for room until a deadline, no longer
+        self._watcher = start_watcher(self._proc)  # kills the group if replay ends without doing so
         with LIVE_LOCK:
             LIVE[self._proc.pid] = self._proc
         # killed and cleaned up when garbage-collected or, at the latest, at interpreter exit
-        self._finalizer = weakref.finalize(self, finish, self._proc, self._tmpdir, self._discard)
+        self._finalizer = weakref.finalize(self, finish, self._proc, self._tmpdir, self._discard, self._watcher)
         threading.Thread(target=pump_lines, args=(self._proc, self._lines, self.max_reply, self._discard,
                                                   self._unread), name="replay-exec-stdout", daemon=True).start()
         self._stderr_thread = threading.Thread(target=pump_stderr, args=(self._proc, self._err),
@@ -186,8 +183,9 @@ class ExecSampler(Sampler):
             raise
         self.name = str(hs["name"])
         self.rng_contract = str(hs["rng_contract"])
-        self.description = str(hs.get("description") or f"external program {self.argv[0]} ({self.name})")
-        self.handshake = hs
+        self.description = cut(str(hs.get("description") or f"external program {self.argv[0]} ({self.name})"))
+        self.handshake = {"protocol": hs["protocol"], "name": self.name, "rng_contract": self.rng_contract,
+                          "description": self.description}  # what is kept of it, not the whole line
 
     @property
     def timeout(self) -> float:
@@ -215,13 +213,13 @@ class ExecSampler(Sampler):
             self._lines.get_nowait()
         except queue.Empty:
             pass
-        shutdown(self._proc, self._tmpdir, CLOSE_GRACE_S)
+        shutdown(self._proc, self._tmpdir, CLOSE_GRACE_S, self._watcher)
 
     def _kill(self) -> None:
         self._closed = True
         self._discard.set()  # the stdout reader drops what is left and ends with the program
         self._finalizer.detach()
-        shutdown(self._proc, self._tmpdir, 0.0)
+        shutdown(self._proc, self._tmpdir, 0.0, self._watcher)
 
     def __enter__(self) -> "ExecSampler":
         return self
@@ -260,12 +258,13 @@ class ExecSampler(Sampler):
                 return f"was killed by signal {-rc}"
         return f"exited with code {rc}"
 
-    def _read_line(self, timeout: float, what: str, hint: str) -> str:
+    def _read_line(self, timeout: float, what: str, hint: str, shown: float | None = None) -> bytes:
+        """The next stdout line; ``timeout``: seconds left to wait, ``shown``: the timeout the message names."""
         try:
-            line = self._held if self._held is not None else self._lines.get(timeout=timeout)
+            line = self._held if self._held is not None else self._lines.get(timeout=max(timeout, 0.0))
             self._held = None
         except queue.Empty:
-            raise self._fail(f"no {what} within {timeout:g} s ({hint}); program killed", "timeout") from None
+            raise self._fail(f"no {what} within {shown or timeout:g} s ({hint}); program killed", "timeout") from None
         except BaseException:  # Ctrl-C, SIGTERM: the program goes first
             self._kill()
             raise
@@ -278,7 +277,8 @@ class ExecSampler(Sampler):
         if line is EOF:
             raise self._fail(f"program {self._exit_text()} before sending its {what}", "crash")
         self._err.window = 0
-        return line
+        self._taken += len(line) + 1
+        return line.rstrip(b"\r")
 
     def _check_one_reply(self, wait: float = 0.0) -> None:
         """ExternalImplError when more stdout followed the last reply (a second line would be taken for the next
@@ -292,20 +292,26 @@ class ExecSampler(Sampler):
             item = self._lines.get(timeout=wait) if wait > 0 else self._lines.get_nowait()
         except queue.Empty:
             item = None
-        if item is not None and not isinstance(item, str):
+        if item is not None and not isinstance(item, bytes):
             self._held = item
             return
-        extra = self._unread.bytes + pipe_bytes(self._proc.stdout) if item is None else 0
-        if item is not None or extra:
-            next_one = f"the next one is {_clip(item)!r}" if item is not None else f"{extra} more bytes on stdout"
+        extra = self._unread.bytes - self._taken + pipe_bytes(self._proc.stdout) if item is None else 0
+        if extra:  # read, or in the pipe, but not queued yet: the line itself is quoted when it comes soon
+            try:
+                item = self._lines.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        if isinstance(item, bytes) or extra:
+            quoted = isinstance(item, bytes)
+            next_one = f"the next one is {_clip(item)!r}" if quoted else f"{extra} more bytes on stdout"
             raise self._fail(f"more than one reply line for {self._answered}: {next_one}", "garbage")
 
     def _handshake(self, timeout: float) -> dict[str, Any]:
         line = self._read_line(timeout, "handshake", "the first stdout line must be the JSON handshake")
         try:
-            hs = json.loads(line)
-        except json.JSONDecodeError:
-            hs = None
+            hs = parse_line(line, HANDSHAKE_BYTES, "a handshake")
+        except BadJSON as e:
+            raise self._fail(f"bad handshake: first stdout line {e}", "handshake") from None
         if not isinstance(hs, dict):
             raise self._fail(f"bad handshake: first stdout line is not a JSON object: {_clip(line)!r}", "handshake")
         proto = hs.get("protocol")
@@ -316,9 +322,9 @@ class ExecSampler(Sampler):
             raise self._fail(f"bad handshake: protocol version {proto!r} is not supported; this replay speaks "
                              f"'{PROTOCOL}/{PROTOCOL_MAJOR}'", "handshake")
         for key in ("name", "rng_contract"):
-            if not isinstance(hs.get(key), str) or not hs[key]:
-                raise self._fail(f"bad handshake: '{key}' must be a non-empty string, got {hs.get(key)!r}",
-                                 "handshake")
+            if not isinstance(hs.get(key), str) or not 0 < len(hs[key]) <= NAME_CHARS:
+                raise self._fail(f"bad handshake: '{key}' must be a non-empty string of at most {NAME_CHARS} "
+                                 f"characters, got {_clip(repr(hs.get(key)))}", "handshake")
         return hs
 
     def sample(self, step: Step, index: int | None = None) -> SampleResult:
@@ -335,12 +341,18 @@ class ExecSampler(Sampler):
             raise self._fail(f"cannot write {where} to the temp folder {self._tmpdir} ({e.strerror or e}){blame}",
                              "step-file") from None
         self._check_one_reply()  # the last step's: a second line now would be taken for this step's reply
+        deadline = time.monotonic() + self.timeout  # for taking the step and replying, together
         try:
-            self._proc.stdin.write((path + "\n").encode())
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+            write_within(self._proc.stdin.fileno(), (path + "\n").encode(), deadline)
+        except TimeoutError:  # it does not read its stdin: the pipe stayed full
+            raise self._fail(f"program did not read {where} from its stdin within {self.timeout:g} s "
+                             "(--impl-timeout); program killed", "timeout") from None
+        except (OSError, ValueError):
             raise self._fail(f"program {self._exit_text()} before {where} was sent", "crash") from None
-        line = self._read_line(self.timeout, f"reply to {where}", "--impl-timeout")
+        except BaseException:  # Ctrl-C, SIGTERM: the program goes first
+            self._kill()
+            raise
+        line = self._read_line(deadline - time.monotonic(), f"reply to {where}", "--impl-timeout", self.timeout)
         self._answered = where
         try:
             result = self._parse_reply(line, step, where)
@@ -351,17 +363,17 @@ class ExecSampler(Sampler):
                 self._kill()  # Ctrl-C while parsing a huge reply: the program goes first
             raise
 
-    def _parse_reply(self, line: str, step: Step, step_where: str) -> SampleResult:
+    def _parse_reply(self, line: bytes, step: Step, step_where: str) -> SampleResult:
         where = f"reply to {step_where}"
+        r, k = step.num_requests, step.max_drafts
         try:
-            doc = json.loads(line)
-        except json.JSONDecodeError:
-            doc = None
+            doc = parse_line(line, REPLY_BYTES_PER * r * (k + 4) + REPLY_SLACK, "a reply to this step")
+        except BadJSON as e:
+            raise self._fail(f"{where} {e}", "garbage") from None
         if not isinstance(doc, dict):
             raise self._fail(f"{where} is not a JSON object: {_clip(line)!r}", "garbage")
         if doc.get("error") is not None:  # null: no error (what Go's and Rust's serialisers write)
             raise self._fail(f"program reported an error on {step_where}: {_clip(str(doc['error']))}", "reported")
-        r, k = step.num_requests, step.max_drafts
         for key in ("tokens", "counts", "routes"):
             if key not in doc:
                 raise self._fail(f"{where} lacks '{key}'", "shape")
@@ -382,7 +394,7 @@ class ExecSampler(Sampler):
             elif _is_int(x) and -1 <= x < len(ROUTES):
                 codes.append(int(x))
             else:
-                raise self._fail(f"{where}: routes[{i}] = {x!r} is not a route ({', '.join(ROUTES)}, or its "
+                raise self._fail(f"{where}: routes[{i}] = {_clip(repr(x))} is not a route ({', '.join(ROUTES)}, or its "
                                  "code 0-4, or -1)", "value")
         ks = step.num_drafts.tolist()
         v = step.vocab_size
@@ -395,17 +407,17 @@ class ExecSampler(Sampler):
                                  "if the route is refused, or -1 unknown)", "value")
             row = tokens[i]
             if any(not 0 <= t < v for t in row[:c]) or any(t != -1 for t in row[c:]):
-                raise self._fail(f"{where}: tokens[{i}] = {row} must hold {c} ids in [0, {v}) then -1", "value")
+                raise self._fail(f"{where}: tokens[{i}] = {_clip(str(row))} must hold {c} ids in [0, {v}) then -1",
+                                 "value")
         kernel_us = doc.get("kernel_us")
         if kernel_us is not None and (isinstance(kernel_us, bool) or not isinstance(kernel_us, (int, float))
                                       or not math.isfinite(kernel_us) or kernel_us < 0):
             raise self._fail(f"{where}: 'kernel_us' must be a number >= 0 or null, got {kernel_us!r}", "value")
         notes = doc.get("notes") or []
-        if not isinstance(notes, list):
-            notes = [str(notes)]
         return SampleResult(tokens=torch.tensor(tokens, dtype=torch.int64).reshape(r, k + 1),
                             counts=torch.tensor(counts, dtype=torch.int32),
-                            routes=torch.tensor(codes, dtype=torch.int8), notes=[str(n) for n in notes],
+                            routes=torch.tensor(codes, dtype=torch.int8),
+                            notes=self._notes.keep(notes if isinstance(notes, list) else [notes]),
                             self_reported_us=None if kernel_us is None else float(kernel_us))
 
 
@@ -422,7 +434,9 @@ def _shape(x: Any) -> str:
     return f"[{len(x)}]"
 
 
-def _clip(text: str, limit: int = MAX_QUOTE) -> str:
+def _clip(text: str | bytes, limit: int = MAX_QUOTE) -> str:
+    if isinstance(text, bytes):  # a line of the program's: its first characters, decoded
+        text = text[:4 * limit + 4].decode("utf-8", errors="replace")
     text = text.replace("\r", " ").replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "…"
 

@@ -147,14 +147,39 @@ BEHAVIOURS = {
     "forged-reply": HANDSHAKE + "sys.stdin.readline()\nos.write(1, " + repr(b"\x1b[2J" + FORGED.encode() + b"\r\x07\n")
                     + ")\ntime.sleep(1000)\n",
     "exit-leaving-child": HANDSHAKE + CHILD + "sys.stdin.readline()\nos._exit(0)\n",
+    # never reads its stdin, which it fills itself first (as long step paths do): replay's write must time out
+    "never-reads-stdin": "fd = os.open('/proc/self/fd/0', os.O_WRONLY | os.O_NONBLOCK)\ntry:\n    while True:\n"
+                         "        os.write(fd, b'x' * 4096)\nexcept BlockingIOError:\n    pass\n" + HANDSHAKE + CHILD
+                         + "time.sleep(1000)\n",
+    "deep-reply": HANDSHAKE + "sys.stdin.readline()\nos.write(1, b'[' * 100000 + b']' * 100000 + b'\\n')\n"
+                              "time.sleep(1000)\n",
+    "deep-handshake": "os.write(1, b'[' * 20000 + b']' * 20000 + b'\\n')\ntime.sleep(1000)\n",
+    "long-number-reply": HANDSHAKE + "sys.stdin.readline()\nos.write(1, b'{\"tokens\": [[' + b'7' * 5000 + b']]}\\n')\n"
+                                     "time.sleep(1000)\n",
+    "oversize-reply": HANDSHAKE + "sys.stdin.readline()\nos.write(1, b'{\"x\": [' + b'{},' * (1 << 21) + b'{}]}\\n')\n"
+                                  "time.sleep(1000)\n",
+    # valid replies (every request refused) with 200 notes of 4,000 characters each: what is kept is capped
+    "many-notes": HANDSHAKE + """import json, struct
+for line in sys.stdin:
+    raw = open(line.strip(), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    a, b = hdr["cu_num_logits"]["data_offsets"]
+    cu = struct.unpack("<%di" % hdr["cu_num_logits"]["shape"][0], raw[8 + n + a:8 + n + b])
+    r, k = len(cu) - 1, max(cu[i + 1] - cu[i] - 1 for i in range(len(cu) - 1))
+    reply = {"tokens": [[-1] * (k + 1)] * r, "counts": [0] * r, "routes": ["refused"] * r, "notes": ["n" * 4000] * 200}
+    os.write(1, (json.dumps(reply) + "\\n").encode())
+""",
 }
 
 
 def exec_hostile(case, rec, rng):
     """`run` or `bench` through `--impl exec:PROGRAM`, a program that hangs (with a child in the background,
-    also ignoring SIGTERM), floods stdout (no newline; also before the handshake), stderr or short lines,
-    writes control characters to stderr or its reply, or exits leaving a child: exit 3 (130 after SIGINT),
-    one escaped line, bounded RSS, and nothing of its process group left (``orphan`` otherwise)."""
+    also ignoring SIGTERM), never reads its stdin, floods stdout (no newline; also before the handshake), stderr
+    or short lines, writes control characters to stderr or its reply, sends a reply (or handshake) nested
+    100,000 (20,000) deep, with a 5,000-digit integer, past its step's size, or with 800 KB of notes, or exits
+    leaving a child: exit 3 (1 for the notes: every request refused; 130 after SIGINT), one escaped line,
+    bounded RSS, and nothing of its process group left (``orphan`` otherwise)."""
     behaviour = rng.choice(sorted(BEHAVIOURS))
     prog = case.root / "program.py"
     case.pgid_file = case.root / "pgids"
