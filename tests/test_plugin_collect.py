@@ -50,14 +50,16 @@ def test_the_ini_impl_is_used_and_the_command_line_wins(pytester):
 def test_update_writes_a_new_recording_beside_never_over_the_input(pytester):
     recs = _project(pytester)
     before = _files(recs)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--replay-update")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--replay-update", "--replay-impl", "greedy-only")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*--replay-update wrote *synthetic-plain.updated*"])
+    result.stdout.fnmatch_lines(["*--replay-update wrote *synthetic-founding.updated*"])
     assert {k: v for k, v in _files(recs).items() if ".updated" not in k} == before   # inputs untouched
-    from replay_harness.api import assert_replays, load
+    assert not (recs / "synthetic-plain.updated").exists()   # greedy-only answers plain steps as recorded
+    from replay_harness.api import compare, load
 
-    updated = recs / "synthetic-plain.updated"
-    assert load(updated).manifest["source"]["updated_from"].endswith("synthetic-plain")
-    assert_replays(updated, "reference", device="cpu")
+    updated = recs / "synthetic-founding.updated"
+    assert load(updated).manifest["source"]["updated_from"] == "tests/recordings/synthetic-founding"
+    cmp = compare(updated, "greedy-only", device="cpu")   # its tokens are greedy-only's (its routes stay wrong)
+    assert cmp.tokens_matched == cmp.tokens_compared > 0 and not cmp.real_divergences
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)                 # the .updated copies are not collected

@@ -20,8 +20,9 @@ Snapshots (the engine may reuse or free its tensors once ``record_step`` returns
   and ``record_stream`` keeps the tensor's memory from being reused before the copy read it. The
   engine's stream never waits. The engine must not write a tensor it passed *in place* on a later
   kernel before that copy ran (pass a ``clone()`` if it does: a device copy, far cheaper than D2H);
-* a CPU tensor is cloned, a numpy array copied, lists and tuples copied element by element (a CUDA
-  tensor inside a list is copied to the CPU synchronously); scalars and None are kept.
+* a CPU tensor is cloned, a numpy array copied, lists, tuples and dicts copied element by element (the
+  per-request lists and ``logit_bias`` dicts of schema minor 2 included; a CUDA tensor inside a list is copied
+  to the CPU synchronously); scalars and None are kept.
 
 The synchronous Recorder takes the same snapshot into its one slot (:func:`snapshot`) and waits for it: the
 device copy is then a pinned one in both modes.

@@ -3,52 +3,54 @@
 For engines that are not ours (a vLLM fork, a C++ port behind pybind, an
 in-house server): the engine's decode loop calls :meth:`Recorder.record_step`
 once per sampler call with what the sampler saw and what it emitted. The
-Recorder converts the inputs to the fixture dtypes, validates them with the
+Recorder converts the inputs to the fixture dtypes
+(:mod:`replay_harness.recording.recorder_inputs`), validates them with the
 fixture validator and streams them to disk through
 :class:`replay_harness.recording.store.RecordingWriter` (one file per step, written to a
 temporary name, fsynced and renamed: a crash loses at most the step in flight).
 
-    from replay_harness.recording.recorder import Recorder
+    from replay_harness import Recorder
 
     with Recorder("recordings/run-1", vocab_size=V, source={"engine": "my-engine 1.2"},
+                  rng_contract="unknown",          # "mrv2" only if the engine's noise is vLLM MRV2's
                   max_bytes=200_000_000, every=1) as rec:
         for step in engine_loop():
             ...                                  # the engine samples as usual
             rec.record_step(
                 logits=logits,                   # [N, V] what the sampler saw (bf16 stays bf16)
                 cu_num_logits=cu,                # [R+1]  0, 1+k_0, ...
-                draft_token_ids=drafts,          # [N]    draft per verify row, -1 on bonus rows
                 positions=positions,             # [N]    position of the token sampled at each row
-                temperature=temps, top_k=top_k, top_p=top_p, min_p=min_p,   # [R] each
-                seed=seeds,                      # [R] int64
-                request_ids=req_ids,             # [R]
+                temperature=temps,               # [R]    (or a scalar)
+                seed=seeds,                      # [R]    int64 (or a scalar)
                 emitted_tokens=out_tokens,       # [R, max_k+1] -1 padded, or a list of R lists
-                emitted_counts=out_counts,       # [R] (None: the lengths of the lists)
-                emitted_routes=routes,           # optional: [R] codes or route names
-                draft_logits=draft_logits)       # optional: [N-R, V] pre-temperature
+                # optional, with their defaults:
+                draft_token_ids=drafts,          # [N]    draft per verify row, -1 on bonus rows (None: all -1)
+                top_k=top_k, top_p=top_p, min_p=min_p,   # [R] each (None: 0, 1, 0: off)
+                request_ids=req_ids,             # [R]    (None: 0..R-1)
+                emitted_counts=out_counts,       # [R]    (None: the ids >= 0 per request)
+                emitted_routes=routes,           # [R]    codes or route names (None: not recorded)
+                draft_logits=draft_logits,       # [N-R, V] pre-temperature (None: one-hot drafts)
+                # schema minor 2, each optional (recorder_inputs.KEYWORDS):
+                output_token_ids=[[1, 2], [3]],  # ragged lists as R lists (or values + cu_output_token_ids)
+                frequency_penalty=0.5, logprobs=[5, None], emitted_logprobs=lp, emitted_logprob_ids=ids,
+                emitted_logprob_ranks=ranks)
             if rec.full:                         # --max-bytes budget reached
                 break
 
 Inputs may be torch tensors (any device; they are copied to the CPU), numpy
-arrays, or (nested) Python lists and scalars. Conversions (docs/RECORDING.md):
+arrays, or (nested) Python lists and scalars; the conversions (dtypes, defaults,
+ragged lists, the emitted logprobs' layouts) are recorder_inputs' docstring and
+docs/RECORDING.md's table. A required argument left out, like every other problem,
+raises :class:`replay_harness.errors.InputError` naming the recording's step file,
+the step and the field; nothing is written for that step and the Recorder stays
+usable (earlier steps are untouched).
 
-* ``logits`` / ``draft_logits``: float32, bfloat16 and float16 are kept as they
-  are (lossless); float64 is narrowed to float32; anything else is refused.
-* integer fields: any integer dtype (or Python ints) is converted to the fixture
-  dtype (:data:`replay_harness.recording.schema.FIELDS`: ``cu_num_logits``,
-  ``draft_token_ids``, ``top_k``, ``emitted_*``: int32; ``positions``, ``seed``,
-  ``request_ids``: int64) after a range check;
-  floats, bools and values that do not fit are refused.
-* ``temperature``, ``top_p``, ``min_p``: any real dtype, converted to float32.
-* a per-request field given as a scalar is broadcast to every request;
-  ``top_k=None`` means 0 (off), ``top_p=None`` 1, ``min_p=None`` 0,
-  ``draft_token_ids=None`` all -1 (only valid without drafts),
-  ``request_ids=None`` 0..R-1.
-* ``emitted_routes``: route codes or names from :data:`replay_harness.recording.schema.ROUTES`.
-
-Every problem raises :class:`replay_harness.errors.InputError` naming the
-recording's step file, the step and the field; nothing is written for that
-step and the Recorder stays usable (earlier steps are untouched).
+``rng_contract`` is what the manifest claims about the engine's noise, and replay
+compares sampled tokens token for token only under a contract both sides declare.
+It defaults to "unknown": a Recorder cannot know it, and claiming "mrv2" for an
+engine with its own RNG made `replay run` fail a correct engine on every sampled
+token (issue 66). Under "unknown", greedy tokens, routes and counts are still
+compared exactly and sampled tokens are tested by `replay audit` / `replay verify`.
 
 Both modes copy CUDA inputs to the host the same way (async_writer.snapshot: a
 side-stream copy into pinned memory, the logits' row maxima taken on the device
@@ -67,17 +69,18 @@ refuses raises its InputError (the one the sync path raises) at the next
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import numpy as np
 import torch
 
 from replay_harness.errors import InputError
 from replay_harness.recording.async_writer import WHEN_FULL, AsyncStepWriter, Slot, snapshot
-from replay_harness.recording.schema import FIELD, FLOATS, ROUTE_CODE, STEPS_DIR, step_file_name
-from replay_harness.recording.store import Emitted, RecordingWriter, step_tensors
+from replay_harness.recording.recorder_inputs import EMITTED_KEYWORDS, check_keywords, convert_step
+from replay_harness.recording.schema import MANIFEST, PIPELINE_FIELDS, STEPS_DIR, step_file_name
+from replay_harness.recording.store import RecordingWriter, step_tensors
 from replay_harness.recording.step import SampleResult, Step
 
 __all__ = ["Recorder"]
@@ -91,13 +94,16 @@ class Recorder:
     path        the recording folder to create (must be absent or empty unless ``overwrite``)
     vocab_size  V, the width of every logits row
     source      provenance written to the manifest (engine, model, versions, params); JSON-able
-    rng_contract the noise contract the engine's sampler follows ("mrv2" by default)
+    rng_contract the noise contract the engine's sampler declares: "unknown" (default; sampled tokens are then
+                tested statistically, never compared token for token) or a name such as "mrv2" (vLLM
+                Model Runner V2's Philox / Gumbel noise, docs/FIXTURES.md) when it implements it
     max_bytes   budget for the step files: a step that would take the total over it is not
                 written and :attr:`full` becomes True (the loop should stop)
     every       record only every N-th call of :meth:`record_step` (calls 0, N, 2N, ...);
                 each step file's metadata keeps the engine's step index as ``engine_step``
     synthetic   True for made-up data (shown by ``replay inspect``)
-    overwrite   replace an existing recording in ``path``
+    overwrite   replace what ``path`` holds (a folder that is not empty is refused without it: one left
+                by an aborted run, ``complete: false``, included)
     mode        "sync" (convert, check and write inside ``record_step``) or "async" (snapshot
                 inside ``record_step``, the rest on a writer thread; see the module docstring)
     max_pending async: steps in flight at most (snapshotted, not yet written)
@@ -111,7 +117,7 @@ class Recorder:
     """
 
     def __init__(self, path: str | os.PathLike, vocab_size: int, *, source: dict[str, Any] | None = None,
-                 rng_contract: str = "mrv2", max_bytes: int | None = None, every: int = 1,
+                 rng_contract: str = "unknown", max_bytes: int | None = None, every: int = 1,
                  synthetic: bool = False, overwrite: bool = False, mode: str = "sync", max_pending: int = 4,
                  when_full: str = "block"):
         if not isinstance(vocab_size, int) or vocab_size <= 0:
@@ -126,6 +132,11 @@ class Recorder:
             raise InputError(path, f"max_pending must be an integer >= 1, got {max_pending!r}", field="max_pending")
         if when_full not in WHEN_FULL:
             raise InputError(path, f"when_full must be 'block' or 'drop', got {when_full!r}", field="when_full")
+        if not isinstance(rng_contract, str) or not rng_contract:
+            raise InputError(path, f"rng_contract must be a non-empty name, got {rng_contract!r}",
+                             field="rng_contract")
+        if not overwrite:
+            _refuse_existing(Path(path))
         self.path = Path(path)
         self.vocab_size = vocab_size
         self.max_bytes = max_bytes
@@ -161,10 +172,16 @@ class Recorder:
         """Steps skipped because ``max_pending`` steps were in flight (async, ``when_full="drop"``)."""
         return self._async.dropped if self._async else 0
 
-    def record_step(self, logits, cu_num_logits, draft_token_ids, positions, temperature, top_k, top_p, min_p,
-                    seed, request_ids, emitted_tokens, emitted_counts, emitted_routes=None,
-                    draft_logits=None, meta: dict[str, Any] | None = None) -> Path | None:
+    def record_step(self, logits=None, cu_num_logits=None, draft_token_ids=None, positions=None, temperature=None,
+                    top_k=None, top_p=None, min_p=None, seed=None, request_ids=None, emitted_tokens=None,
+                    emitted_counts=None, emitted_routes=None, draft_logits=None, meta: dict[str, Any] | None = None,
+                    **fields) -> Path | None:
         """Convert, validate and write one step; returns the file written, or None when skipped.
+
+        Required: ``logits``, ``cu_num_logits``, ``positions``, ``temperature``, ``seed``, ``emitted_tokens``
+        (one missing is an InputError naming it, as any bad input). The others default as the module docstring
+        says; ``fields``: schema minor 2's optional keywords (recorder_inputs.KEYWORDS: the sampling pipeline's
+        inputs, ``logit_bias``, ``emitted_logprobs`` / ``_logprob_ids`` / ``_logprob_ranks`` / ``_kept_mask``).
 
         A call is skipped (nothing converted, nothing written) when it is not one of
         every ``every``-th, when the recording is :attr:`full`, or when writing it would
@@ -176,6 +193,7 @@ class Recorder:
         """
         if self.closed:
             raise InputError(self.path, "record_step after close()")
+        check_keywords(list(fields), self.path)
         engine_step = self.calls
         self.calls += 1
         if engine_step % self.every or self.full:
@@ -184,7 +202,7 @@ class Recorder:
                     positions=positions, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                     seed=seed, request_ids=request_ids, emitted_tokens=emitted_tokens,
                     emitted_counts=emitted_counts, emitted_routes=emitted_routes, draft_logits=draft_logits,
-                    meta=meta)
+                    meta=meta, **{k: v for k, v in fields.items() if v is not None})
         if self._async is None:
             if any(isinstance(v, torch.Tensor) and v.is_cuda for v in args.values()):
                 args = snapshot(args, self._slot, copy_host=False)
@@ -194,50 +212,15 @@ class Recorder:
         self._raise_writer_error()
         return None
 
-    def _write_step(self, engine_step: int, logits, cu_num_logits, draft_token_ids, positions, temperature, top_k,
-                    top_p, min_p, seed, request_ids, emitted_tokens, emitted_counts, emitted_routes, draft_logits,
-                    meta, row_max: dict[str, torch.Tensor] | None = None) -> Path | None:
+    def _write_step(self, engine_step: int, meta: dict[str, Any] | None = None,
+                    row_max: dict[str, torch.Tensor] | None = None, **args) -> Path | None:
         """The one path every step takes (the caller's thread in sync mode, the writer thread in async):
-        convert, validate, check the budget, write atomically. ``row_max``: the float rows' maxima taken on
-        the device by the snapshot (async_writer.ROW_MAX)."""
+        convert (recorder_inputs.convert_step), validate, check the budget, write atomically. ``row_max``: the
+        float rows' maxima taken on the device by the snapshot (async_writer.ROW_MAX)."""
         if self.full:  # async: the budget ran out while this step was queued
             return None
         index = self.num_steps
-        where = self.path / STEPS_DIR / step_file_name(index)
-
-        def conv_float(name: str, x) -> torch.Tensor:
-            t = _as_tensor(x, name, where, index)
-            if t.dtype == torch.float64:
-                t = t.float()
-            if t.dtype not in FLOATS:
-                raise InputError(where, f"dtype {_dname(t.dtype)} is not a float dtype "
-                                        "(float32, bfloat16, float16; float64 is narrowed to float32)",
-                                 step=index, field=name)
-            return t
-
-        logits_t = conv_float("logits", logits)
-        cu = self._int("cu_num_logits", cu_num_logits, where, index)
-        r = max(cu.numel() - 1, 0)
-        n = logits_t.shape[0] if logits_t.ndim >= 1 else 0
-        if draft_token_ids is None:
-            drafts = torch.full((n,), -1, dtype=FIELD["draft_token_ids"].dtype)
-        else:
-            drafts = self._int("draft_token_ids", draft_token_ids, where, index)
-        per_req = {
-            "temperature": self._float_param("temperature", temperature, r, None, where, index),
-            "top_k": self._int("top_k", 0 if top_k is None else top_k, where, index, broadcast=r),
-            "top_p": self._float_param("top_p", top_p, r, 1.0, where, index),
-            "min_p": self._float_param("min_p", min_p, r, 0.0, where, index),
-            "seed": self._int("seed", seed, where, index, broadcast=r),
-            "request_ids": (torch.arange(r, dtype=FIELD["request_ids"].dtype) if request_ids is None
-                            else self._int("request_ids", request_ids, where, index, broadcast=r)),
-        }
-        step = Step(logits=logits_t, cu_num_logits=cu, draft_token_ids=drafts,
-                    positions=self._int("positions", positions, where, index),
-                    draft_logits=None if draft_logits is None else conv_float("draft_logits", draft_logits),
-                    **per_req)
-        emitted = self._emitted(emitted_tokens, emitted_counts, emitted_routes, step, where, index)
-
+        step, emitted = convert_step(args, self.path / STEPS_DIR / step_file_name(index), index, self.vocab_size)
         if self.max_bytes is not None:
             predicted = sum(t.numel() * t.element_size() for t in step_tensors(step, emitted).values())
             if self.bytes_written + predicted + HEADER_ALLOWANCE > self.max_bytes:
@@ -249,11 +232,14 @@ class Recorder:
         return file
 
     def record_sample(self, step: Step, result: SampleResult, meta: dict[str, Any] | None = None) -> Path | None:
-        """Record a :class:`Step` and the :class:`SampleResult` an impl returned for it."""
+        """Record a :class:`Step` (its pipeline fields included) and the :class:`SampleResult` an impl returned
+        for it (its logprobs, ranks and kept sets included, when it has them)."""
+        fields = {name: getattr(step, name) for name in PIPELINE_FIELDS}
+        fields.update({name: getattr(result, name.removeprefix("emitted_")) for name in EMITTED_KEYWORDS})
         return self.record_step(step.logits, step.cu_num_logits, step.draft_token_ids, step.positions,
                                 step.temperature, step.top_k, step.top_p, step.min_p, step.seed,
                                 step.request_ids, result.tokens, result.counts, result.routes,
-                                draft_logits=step.draft_logits, meta=meta)
+                                draft_logits=step.draft_logits, meta=meta, **fields)
 
     def close(self) -> None:
         """Write the final manifest (complete, step count, digest). Idempotent.
@@ -291,109 +277,18 @@ class Recorder:
             self.closed = True
         # on an exception the manifest keeps complete: false; finished steps stay readable
 
-    # ------------------------------------------------------------------ conversions
-    def _int(self, name: str, x, where: Path, index: int, broadcast: int | None = None) -> torch.Tensor:
-        t = _as_tensor(x, name, where, index)
-        if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
-            raise InputError(where, f"dtype {_dname(t.dtype)} is not an integer dtype", step=index, field=name)
-        if t.dtype in (torch.uint16, torch.uint32, torch.uint64):  # few torch ops support these: go via numpy
-            arr = t.numpy()
-            if arr.size and int(arr.max()) > 2 ** 63 - 1:
-                raise InputError(where, f"value {int(arr.max())} does not fit int64", step=index, field=name)
-            t = torch.from_numpy(arr.astype(np.int64))
-        if broadcast is not None and t.ndim == 0:
-            t = t.reshape(1).expand(broadcast)
-        target = FIELD[name].dtype
-        if t.numel() and t.dtype != target:
-            info = torch.iinfo(target)
-            lo, hi = int(t.min()), int(t.max())
-            if lo < info.min or hi > info.max:
-                raise InputError(where, f"value {lo if lo < info.min else hi} does not fit {_dname(target)}",
-                                 step=index, field=name)
-        return t.to(target).contiguous()
 
-    def _float_param(self, name: str, x, r: int, default: float | None, where: Path, index: int) -> torch.Tensor:
-        if x is None:
-            if default is None:
-                raise InputError(where, "required (0 means greedy)", step=index, field=name)
-            x = default
-        t = _as_tensor(x, name, where, index)
-        if t.dtype == torch.bool or t.is_complex():
-            raise InputError(where, f"dtype {_dname(t.dtype)} is not a real number dtype", step=index, field=name)
-        if t.ndim == 0:
-            t = t.reshape(1).expand(r)
-        return t.to(FIELD[name].dtype).contiguous()
-
-    def _emitted(self, tokens, counts, routes, step: Step, where: Path, index: int) -> Emitted:
-        r = step.num_requests
-        width = step.max_drafts + 1 if r else 1
-        if _is_ragged_list(tokens):
-            rows = [list(map(int, row)) for row in tokens]
-            if len(rows) != r:
-                raise InputError(where, f"{len(rows)} lists, expected one per request ({r})", step=index,
-                                 field="emitted_tokens")
-            if any(len(row) > width for row in rows):
-                raise InputError(where, f"a request emitted more than max_k+1={width} tokens", step=index,
-                                 field="emitted_tokens")
-            padded = [row + [-1] * (width - len(row)) for row in rows]
-            tok = self._int("emitted_tokens", padded if padded else np.zeros((0, width), np.int64), where, index)
-            if counts is None:
-                counts = [sum(1 for v in row if v >= 0) for row in rows]
-        else:
-            tok = self._int("emitted_tokens", tokens, where, index)
-            if counts is None:
-                counts = (tok >= 0).sum(1) if tok.ndim == 2 else tok
-        cnt = self._int("emitted_counts", counts, where, index)
-        if tok.ndim == 2 and tok.shape[1] > width and bool((tok[:, width:] == -1).all()):
-            tok = tok[:, :width].contiguous()  # an impl padded wider than this step's max_k+1
-        if tok.ndim == 2 and cnt.ndim == 1 and cnt.numel() == tok.shape[0] and tok.numel():
-            # slots past the count are -1 by contract; engines often leave garbage there
-            col = torch.arange(tok.shape[1])[None, :]
-            tok = torch.where(col < cnt.long()[:, None], tok, torch.full_like(tok, -1))
-        rt = None
-        if routes is not None:
-            if isinstance(routes, (list, tuple)) and any(isinstance(x, str) for x in routes):
-                unknown = [x for x in routes if isinstance(x, str) and x not in ROUTE_CODE]
-                if unknown:
-                    raise InputError(where, f"unknown route {unknown[0]!r}; known: {', '.join(ROUTE_CODE)}",
-                                     step=index, field="emitted_routes")
-                routes = [ROUTE_CODE[x] if isinstance(x, str) else int(x) for x in routes]
-            rt = _as_tensor(routes, "emitted_routes", where, index)
-            if rt.dtype == torch.bool or rt.is_floating_point():
-                raise InputError(where, f"dtype {_dname(rt.dtype)} is not an integer dtype", step=index,
-                                 field="emitted_routes")
-            target, info = FIELD["emitted_routes"].dtype, torch.iinfo(FIELD["emitted_routes"].dtype)
-            if rt.numel() and (int(rt.min()) < info.min or int(rt.max()) > info.max):
-                raise InputError(where, f"route code does not fit {_dname(target)}", step=index,
-                                 field="emitted_routes")
-            rt = rt.to(target).contiguous()
-        return Emitted(tokens=tok, counts=cnt, routes=rt)
-
-
-def _dname(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _is_ragged_list(x) -> bool:
-    """A list of per-request lists (any lengths): padded with -1 to max_k+1 by the Recorder."""
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(row, (list, tuple)) for row in x)
-
-
-def _as_tensor(x, name: str, where: Path, index: int) -> torch.Tensor:
-    """A CPU tensor from a tensor, numpy array, list or scalar (no copy for CPU tensors)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    try:
-        if isinstance(x, np.ndarray):
-            if x.dtype.kind not in "biufc":
-                raise TypeError(f"numpy dtype {x.dtype}")
-            return torch.from_numpy(np.ascontiguousarray(x))
-        if isinstance(x, (Sequence, int, float, np.generic)) and not isinstance(x, (str, bytes)):
-            arr = np.asarray(x)
-            if arr.dtype.kind not in "biuf":
-                raise TypeError(f"values of type {arr.dtype}")
-            return torch.from_numpy(arr)  # converted to the field's dtype by the caller
-    except (TypeError, ValueError) as e:
-        raise InputError(where, f"cannot convert to a tensor ({e})", step=index, field=name) from None
-    raise InputError(where, f"expected a torch tensor, numpy array or list, got {type(x).__name__}",
-                     step=index, field=name)
+def _refuse_existing(path: Path) -> None:
+    """Refuse a ``path`` that is a file or a folder that is not empty, in the API's words (``overwrite=True``;
+    RecordingWriter's own message names the command line's ``--overwrite``)."""
+    if path.exists() and not path.is_dir():
+        raise InputError(path, "exists and is not a folder", field="path")
+    if path.is_dir() and any(path.iterdir()):
+        what = "folder exists and is not empty"
+        try:
+            if json.loads((path / MANIFEST).read_text()).get("complete") is False:
+                what = "folder holds a recording that did not close (complete: false, an aborted run?)"
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise InputError(path, f"{what}: pass overwrite=True to Recorder to replace it, or choose another path",
+                         field="path")

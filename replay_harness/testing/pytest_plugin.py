@@ -14,11 +14,16 @@ API; a failure names the device that ran, and the terminal summary counts the ch
 ``--replay-recordings`` / ``replay_recordings`` (folders whose recordings are collected as tests),
 ``--replay-routes-only`` (accept routes, refusals and greedy tokens alone when the RNG contracts differ; without it
 such a check FAILS as inconclusive, never passes; ``replay_check(..., routes_only=True)`` asks for it per call),
-``--replay-update`` (re-record on purpose: every checked recording's expected tokens are what the impl emits now,
-written as a NEW recording beside it, ``REC.updated``, never over the input; the check then passes and says so).
+``--replay-update`` (re-record on purpose: a checked recording whose answer the impl now gives differently is
+written as a NEW recording beside it, ``REC.updated``, never over the input, once a run; unchanged recordings and
+``.updated`` review copies get nothing; the check then passes and says so).
 Fixtures: ``replay_impl`` (the name chosen) and ``replay_check`` (calls :func:`replay_harness.api.assert_replays`
 and returns the Comparison). Importing this module imports neither torch nor the harness.
-docs/INTEGRATION.md has a worked example.
+
+As safe as ``replay run``: a recording or impl the harness refuses fails the test with the CLI's one line (file,
+step, field), not a traceback; a recording that did not close cleanly or whose content digest does not match its
+steps gives the warning ``run`` prints, as a :class:`ReplayRecordingWarning` (pytest's warnings summary; ``-W
+error::...`` makes it fail). docs/INTEGRATION.md has a worked example.
 """
 from __future__ import annotations
 
@@ -47,7 +52,8 @@ def pytest_addoption(parser):
                          "replay_check fails as inconclusive)")
     group.addoption("--replay-update", action="store_true", default=False,
                     help="re-record: write what the impl emits now as REC.updated beside each checked recording "
-                         "(never over it); the checks pass")
+                         "whose answer changed (never over it; .updated folders are not re-recorded); the checks "
+                         "pass")
     for name, (text, default) in INI.items():
         parser.addini(name, text, default=default)
 
@@ -66,43 +72,131 @@ def _recording_roots(config) -> list[Path]:
     return [(base / p).resolve() for p in str(config.getini("replay_recordings")).split()]
 
 
+class ReplayRecordingWarning(UserWarning):
+    """A recording that did not close cleanly, or whose content digest does not match its steps (a step file
+    changed after close): the warning ``replay run`` prints. ``-W error::replay_harness.testing.pytest_plugin.
+    ReplayRecordingWarning`` makes it fail the check."""
+
+
+UPDATED = ".updated"  # the suffix of the folder --replay-update writes beside a recording
+
+
 def _check(config, recording, impl=None, *, against="recorded", routes_only=None):
-    """One replay check with the run's settings; --replay-update writes REC.updated instead of comparing."""
+    """One replay check with the run's settings; --replay-update writes REC.updated instead of comparing.
+    A recording or impl the harness refuses (InputError, EnvironmentProblem, ...) fails the test with its one
+    line, as the CLI prints it, not a traceback."""
     __tracebackhide__ = True
-    from replay_harness.api import assert_replays
+    from replay_harness.errors import ReplayError, printable
+
+    try:
+        return _checked(config, recording, impl, against, routes_only)
+    except ReplayError as e:
+        message = printable(e)
+    pytest.fail(message, pytrace=False)  # outside the except: no "During handling of the above exception"
+
+
+def _checked(config, recording, impl, against, routes_only):
+    __tracebackhide__ = True
+    from replay_harness.api import assert_replays, load
 
     name = impl if impl is not None else _setting(config, "replay_impl")
     args = config.getoption("--replay-impl-arg") if isinstance(name, str) and name.startswith("exec:") else None
     device = _setting(config, "replay_device")
-    if config.getoption("--replay-update"):
-        written = _update(recording, name, device, args)
-        config.stash.setdefault(_UPDATED, []).append(written)
-        return None
-    if routes_only is None:
-        routes_only = config.getoption("--replay-routes-only")
-    cmp = assert_replays(recording, name, against=against, device=device, impl_args=args, routes_only=routes_only)
+    rec = load(recording)
+    try:
+        if config.getoption("--replay-update"):
+            _update_once(config, rec, name, device, args)
+            return None
+        if routes_only is None:
+            routes_only = config.getoption("--replay-routes-only")
+        cmp = assert_replays(rec, name, against=against, device=device, impl_args=args, routes_only=routes_only)
+    finally:
+        _warn_closed(rec)
     _ran(config, name, cmp)
     return cmp
 
 
-def _update(recording, impl, device, impl_args) -> Path:
-    """Write ``REC.updated``: the recording's steps with what ``impl`` emits now as the expected tokens."""
-    import torch
+def _warn_closed(rec) -> None:
+    """What ``replay run`` warns of, as a ReplayRecordingWarning: not closed cleanly, or a digest mismatch."""
+    import warnings
 
-    from replay_harness.api import load, replay
-    from replay_harness.recording.store import Emitted, RecordingWriter
+    from replay_harness.errors import printable
+    from replay_harness.recording.validate import close_problems
 
-    rec = load(recording)
-    out = Path(f"{rec.path}.updated")
-    label = impl if isinstance(impl, str) else getattr(impl, "name", type(impl).__name__)
+    for problem in close_problems(rec):
+        warnings.warn(ReplayRecordingWarning(f"replay: warning: {printable(problem)}"), stacklevel=2)
+
+
+def _update_once(config, rec, impl, device, impl_args) -> None:
+    """--replay-update for one recording, once a run (a recording both collected and passed to replay_check is
+    updated once); an ``.updated`` review copy is never re-recorded (no ``X.updated.updated``)."""
+    done = config.stash.setdefault(_UPDATED, {})
+    key = rec.path.resolve()
+    if key in done:
+        return
+    if rec.path.name.endswith(UPDATED):
+        done[key] = ("skipped", rec.path)
+        return
+    done[key] = _update(config, rec, impl, device, impl_args)
+
+
+def _update(config, rec, impl, device, impl_args) -> tuple[str, Path]:
+    """("wrote", REC.updated): the recording's steps with what ``impl`` emits now as the expected answer, written
+    only when that answer differs from the recorded one; else ("unchanged", REC). ``source.updated_from`` is the
+    input's path relative to the pytest rootdir."""
+    import os
+
+    from replay_harness.api import replay
+    from replay_harness.recording.store import RecordingWriter
+
     results = replay(rec, impl, device=device, impl_args=impl_args)
-    source = {**rec.manifest.get("source", {}), "updated_from": str(rec.path), "updated_by": str(label)}
+    answers = [_answer(res) for res in results]
+    if not any(_differs(record.emitted, answer) for record, answer in zip(rec, answers)):
+        return "unchanged", rec.path
+    out = Path(f"{rec.path}{UPDATED}")
+    label = impl if isinstance(impl, str) else getattr(impl, "name", type(impl).__name__)
+    try:
+        origin = os.path.relpath(rec.path.resolve(), Path(config.rootpath).resolve())
+    except ValueError:  # another drive (Windows): the folder's name
+        origin = rec.path.name
+    source = {**rec.manifest.get("source", {}), "updated_from": Path(origin).as_posix(), "updated_by": str(label)}
     with RecordingWriter(out, vocab_size=rec.vocab_size, rng_contract=rec.rng_contract, source=source,
                          synthetic=rec.synthetic, overwrite=True) as w:
-        for record, res in zip(rec, results):
-            w.write_step(record.step, Emitted(res.tokens.to(torch.int32), res.counts.to(torch.int32),
-                                              res.routes.to(torch.int8)))
-    return out
+        for record, answer in zip(rec, answers):
+            w.write_step(record.step, answer)
+    return "wrote", out
+
+
+def _answer(res):
+    """The :class:`Emitted` of an impl's SampleResult (the fixture dtypes; its logprobs when it has them)."""
+    import torch
+
+    from replay_harness.recording.store import Emitted
+
+    extra = {name: getattr(res, name).to(dtype) for name, dtype in
+             (("logprobs", torch.float32), ("logprob_ids", torch.int32), ("logprob_ranks", torch.int32),
+              ("kept_mask", torch.int32)) if getattr(res, name, None) is not None}
+    return Emitted(res.tokens.to(torch.int32), res.counts.to(torch.int32), res.routes.to(torch.int8), **extra)
+
+
+def _differs(recorded, now) -> bool:
+    """Does ``now`` answer a step differently from ``recorded``? Tokens (-1 padding ignored) and counts always;
+    routes, logprobs, ranks and kept sets where both hold them."""
+    import torch
+
+    def padded(t, width):
+        return torch.nn.functional.pad(t.long(), (0, width - t.shape[1]), value=-1)
+
+    width = max(recorded.tokens.shape[1], now.tokens.shape[1])
+    if not torch.equal(padded(recorded.tokens, width), padded(now.tokens, width)):
+        return True
+    if not torch.equal(recorded.counts.long(), now.counts.long()):
+        return True
+    for name in ("routes", "logprobs", "logprob_ids", "logprob_ranks", "kept_mask"):
+        a, b = getattr(recorded, name), getattr(now, name)
+        if a is not None and b is not None and not torch.equal(a, b.to(a.dtype)):
+            return True
+    return False
 
 
 @pytest.fixture
@@ -118,7 +212,7 @@ def replay_check(request, replay_impl):
     refusals fail; near-ties pass, as in ``replay run``). A check whose stochastic tokens could not be
     compared (the sampler does not declare the recording's RNG contract) fails as INCONCLUSIVE with the
     count of tokens not compared, unless ``routes_only`` (default: --replay-routes-only). Under --replay-update
-    it writes ``REC.updated`` instead and returns None."""
+    it writes ``REC.updated`` instead (when the impl's answer changed) and returns None."""
     config = request.config
 
     def check(recording, impl=None, *, against="recorded", routes_only=None):
@@ -148,7 +242,7 @@ class RecordingFile(pytest.File):
 
 def pytest_collect_file(file_path, parent):
     """A recording's manifest.json under a replay_recordings folder is a test (updated copies are not)."""
-    if file_path.name != "manifest.json" or file_path.parent.name.endswith(".updated"):
+    if file_path.name != "manifest.json" or file_path.parent.name.endswith(UPDATED):
         return None
     roots = parent.config.stash.get(_ROOTS, None)
     if roots is None:
@@ -160,7 +254,7 @@ def pytest_collect_file(file_path, parent):
 
 
 _RAN = pytest.StashKey[dict]()
-_UPDATED = pytest.StashKey[list]()
+_UPDATED = pytest.StashKey[dict]()  # resolved recording -> ("wrote" | "unchanged" | "skipped", path)
 _ROOTS = pytest.StashKey[list]()
 
 
@@ -174,9 +268,19 @@ def _ran(config, impl, cmp) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """One line per (impl, device) that replayed: which device ran the passed checks (failures name it too);
-    under --replay-update, one line per recording written."""
+    under --replay-update, one line per recording written and one counting those left alone."""
     for (label, device), n in sorted(config.stash.get(_RAN, {}).items()):
         terminalreporter.write_line(f"replay: {n} check(s) passed: {label} on {device}")
-    for path in config.stash.get(_UPDATED, []):
-        terminalreporter.write_line(f"replay: --replay-update wrote {path} (review it, then move it over the "
-                                    f"recording if it is what you mean)")
+    updates = list(config.stash.get(_UPDATED, {}).values())
+    for what, path in updates:
+        if what == "wrote":
+            terminalreporter.write_line(f"replay: --replay-update wrote {path} (review it, then move it over the "
+                                        f"recording if it is what you mean)")
+    unchanged = sum(what == "unchanged" for what, _ in updates)
+    skipped = sum(what == "skipped" for what, _ in updates)
+    if unchanged:
+        terminalreporter.write_line(f"replay: --replay-update: {unchanged} recording(s) unchanged (the impl emits "
+                                    "what they hold): nothing written for them")
+    if skipped:
+        terminalreporter.write_line(f"replay: --replay-update: {skipped} {UPDATED} folder(s) skipped (review copies "
+                                    "are never re-recorded)")
