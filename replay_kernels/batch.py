@@ -7,7 +7,7 @@ points of :mod:`replay_kernels.api` build one from plain tensors. Nothing here k
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -113,7 +113,7 @@ class SamplingBatch:
 
     def host(self) -> "SamplingBatch":
         """The batch with every small field on the CPU (logits and draft logits stay where they are)."""
-        small = {f.name: getattr(self, f.name) for f in fields(self)}
+        small = {f.name: getattr(self, f.name) for f in fields(SamplingBatch)}  # a subclass's own fields dropped
         for name, value in small.items():
             if name not in ("logits", "draft_logits", "grammar_bitmask") and isinstance(value, torch.Tensor):
                 small[name] = value.cpu()
@@ -164,12 +164,15 @@ class SamplingBatch:
 @dataclass
 class Sampled:
     """What a sampler's ``sample`` returns, on the host: tokens [R, max_k+1] int64 (-1 padded), counts [R] int32,
-    routes [R] int8 (:data:`ROUTE_CODE`), notes (what the sampler refused, and why)."""
+    routes [R] int8 (:data:`ROUTE_CODE`), notes (what the sampler refused, and why); with logprob requests,
+    emitted: logprobs [R, max_k+1, L] float32, logprob_ids [R, max_k+1, L] int32, logprob_ranks [R, max_k+1] int32,
+    kept_mask [R, max_k+1, ceil(V/32)] int32 (replay_kernels/filters/logprobs.py)."""
 
     tokens: torch.Tensor
     counts: torch.Tensor
     routes: torch.Tensor
     notes: list
+    emitted: dict = field(default_factory=dict)
 
     def route_names(self) -> list[str]:
         return [ROUTES[c] if 0 <= c < len(ROUTES) else "unknown" for c in self.routes.tolist()]
@@ -194,5 +197,8 @@ class KernelSampler:
         return self.result(state, *self.launch(state))
 
     def result(self, state, tokens: torch.Tensor, counts: torch.Tensor) -> Sampled:
-        """The host copy of a launch's outputs, with the state's routes and notes."""
-        return Sampled(tokens.cpu(), counts.cpu(), state.routes.clone().cpu(), list(getattr(state, "notes", [])))
+        """The host copy of a launch's outputs, with the state's routes and notes (and logprob outputs: a
+        ``pipeline.PipelineState``'s ``emitted()``)."""
+        emitted = state.emitted() if hasattr(state, "emitted") else {}
+        return Sampled(tokens.cpu(), counts.cpu(), state.routes.clone().cpu(), list(getattr(state, "notes", [])),
+                       emitted)

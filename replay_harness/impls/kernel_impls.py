@@ -8,21 +8,34 @@ the harness's contract added: ``prepare`` turns the step into a batch and ``samp
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
+from replay_harness.errors import EnvironmentProblem
 from replay_harness.impls.contract import LaunchSampler
-from replay_harness.recording.step import SampleResult, Step
+from replay_harness.recording.schema import VERIFY_METHODS
+from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step
 from replay_kernels.draw import gumbel_max, serial_scan
 from replay_kernels.verify import stochastic
 from replay_kernels.batch import SamplingBatch
 
 
+def unsupported(step: Step) -> str | None:
+    """Why the kernels cannot replay ``step`` exactly, or None: they verify drafts the standard way under the
+    ``mrv2`` contract (block and FLy verification and the mrv2-fp64 contract are the oracle's only so far;
+    docs/FIXTURES.md "Verification methods")."""
+    if step.verify_method is not None and bool((step.verify_method != 0).any()):
+        methods = sorted({VERIFY_METHODS[int(c)] for c in step.verify_method.tolist() if c})
+        return f"verify_method {', '.join(methods)} is not implemented in the kernels (standard only)"
+    if step.rng_contract != "mrv2":
+        return f"RNG contract {step.rng_contract} is not implemented in the kernels (mrv2 only)"
+    return None
+
+
 def batch_of(step: Step) -> SamplingBatch:
-    """The kernels' view of a step: the same tensors, no copy."""
-    return SamplingBatch(
-        logits=step.logits, cu_num_logits=step.cu_num_logits, draft_token_ids=step.draft_token_ids,
-        positions=step.positions, temperature=step.temperature, top_k=step.top_k, top_p=step.top_p,
-        min_p=step.min_p, seed=step.seed, draft_logits=step.draft_logits, request_ids=step.request_ids)
+    """The kernels' view of a step: the same tensors (every field of a SamplingBatch, the sampling pipeline's
+    inputs and logprob requests included), no copy."""
+    return SamplingBatch(**{f.name: getattr(step, f.name) for f in fields(SamplingBatch)})
 
 
 class _KernelImpl:
@@ -32,13 +45,27 @@ class _KernelImpl:
     keeps_inputs = True  # the kernels read the step and write only their own outputs (tests/test_impls.py checks)
 
     def prepare(self, step: Step) -> Any:
+        why = unsupported(step)
+        if why:
+            raise EnvironmentProblem(f"impl '{self.name}': {why}")
         return super().prepare(batch_of(step))
 
     def sample(self, step: Step) -> SampleResult:
+        why = unsupported(step)
+        if why:  # refused by name, never verified the standard way in silence
+            result = SampleResult.empty(step.num_requests, step.max_drafts)
+            result.routes[:] = ROUTE_CODE["refused"]
+            result.notes.append(f"{self.name} refused the step: {why}")
+            return result
         return LaunchSampler.sample(self, step)
 
     def result(self, state: Any, tokens, counts) -> SampleResult:
-        return LaunchSampler.result(self, state, tokens, counts)
+        """LaunchSampler's result, with the logprob outputs of a step that asks for them (logprobs, logprob_ids,
+        logprob_ranks, kept_mask: replay_kernels/filters/logprobs.py)."""
+        result = LaunchSampler.result(self, state, tokens, counts)
+        for name, value in (state.emitted() if hasattr(state, "emitted") else {}).items():
+            setattr(result, name, value)
+        return result
 
 
 # Bases in this order: the adapter, then the kernel sampler (its prepare / launch before Sampler's defaults, which

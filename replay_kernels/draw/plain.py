@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import pipeline
 from ..batch import ROUTE_CODE, KernelSampler, SamplingBatch, route_of
 from ..filters.candidate_draw import CandidateDraw
 from .draw import MODE_GREEDY, MODE_NONE, MODE_TARGET, DrawScratch
@@ -109,8 +110,12 @@ class PlainSampler(KernelSampler):
         self.open_rows = open_rows
 
     def prepare(self, batch) -> PlainState:
-        """Host work: row parameters, draw plan and preallocated outputs (k > 0 requests refused)."""
+        """Host work: row parameters, draw plan and preallocated outputs (k > 0 requests refused). A batch with the
+        sampling pipeline's inputs or logprob requests: a :class:`replay_kernels.pipeline.PipelineState` around
+        this state (prepared on its float32 rows)."""
         batch = SamplingBatch.of(batch)
+        if pipeline.wanted(batch):
+            return pipeline.prepare(self, batch, self.filter_span)
         logits = batch.logits if batch.logits.stride(1) == 1 else batch.logits.contiguous()
         device = logits.device
         host = host_batch(batch)
@@ -173,6 +178,8 @@ class PlainSampler(KernelSampler):
         which writes every token, count and -1 pad of the outputs; with sample-and-check rows, the
         check passes, the (draw, check) rounds and the finish loop (a fixed launch sequence), or the one launch.
         A cooperative launch the driver refuses (its grid cannot be resident) falls back to the sequence."""
+        if isinstance(state, pipeline.PipelineState):
+            return pipeline.launch(self, state)
         if state.mode.numel():
             run_cooperative(state, lambda: self._launch_all(state), ("one", "open"))
         return state.tokens, state.counts

@@ -49,6 +49,7 @@ import triton
 import triton.language as tl
 
 from .accept import accept_test
+from .. import pipeline
 from ..batch import ROUTE_CODE, KernelSampler, SamplingBatch
 from ..draw.draw import MODE_GREEDY, MODE_TARGET, REDUCE_CHUNK, DrawScratch, _draw_kernel
 from ..shared.partials import last_to_arrive
@@ -308,11 +309,13 @@ class StochasticSampler(KernelSampler):
         self.plain = GumbelMaxSampler(block=draw_block, programs=programs, filter_span=filter_span, open_rows=open_rows)
 
     def prepare(self, batch) -> VerifyState | PlainState:
-        """Host work: expand parameters to rows, index maps, preallocated scratch and outputs.
-
-        Returns a :class:`VerifyState` (a :class:`PlainState` of :attr:`plain` when no request has drafts); only
-        its scratch and outputs change between launches, so ``launch`` can be replayed in a CUDA graph."""
+        """Host work: expand parameters to rows, index maps, preallocated scratch and outputs. Returns a
+        :class:`VerifyState` (a :class:`PlainState` of :attr:`plain` when no request has drafts; a
+        ``pipeline.PipelineState`` around one with pipeline inputs or logprob requests); only its scratch and
+        outputs change between launches, so ``launch`` can be replayed in a CUDA graph."""
         batch = SamplingBatch.of(batch)
+        if pipeline.wanted(batch):
+            return pipeline.prepare(self, batch, self.filter_span)
         host = host_batch(batch)
         if host.max_drafts == 0 and (batch.draft_logits is None or not batch.draft_logits.shape[0]):
             return self.plain.prepare(batch)  # a plain sample: the plain sampler's launches, no position launch
@@ -372,15 +375,13 @@ class StochasticSampler(KernelSampler):
             counts=torch.zeros(r, **i32), routes=routes,
             num_stats_blocks=nbs, program_spans=self.program_spans or next(
                 n for below, n in POSITION_SPANS.get(logits.element_size(), ((1 << 31, 1),)) if r < below),
-            positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback,
-            fallback_loop=loop)
+            positions_launched=max(1, host.max_drafts), fused=fused, fallback=fallback, fallback_loop=loop)
 
     def launch(self, s: VerifyState) -> tuple[torch.Tensor, torch.Tensor]:
-        """Device work only (no host sync, graph-capturable): returns ``(tokens, counts)``.
-
-        tokens [R, max_k+1] int64 (-1 padded) and counts [R] int32 are the
-        state's preallocated buffers, overwritten by each launch.
-        """
+        """Device work only (no host sync, graph-capturable): returns ``(tokens, counts)``, tokens [R, max_k+1]
+        int64 (-1 padded) and counts [R] int32, the state's preallocated buffers, overwritten by each launch."""
+        if isinstance(s, pipeline.PipelineState):
+            return pipeline.launch(self, s)
         if isinstance(s, PlainState):
             return self.plain.launch(s)
         if s.tokens.shape[0]:
