@@ -1,5 +1,5 @@
 // replay_recorder.hpp: a single-header, dependency-free C++17 writer of the replay fixture format
-// (docs/FIXTURES.md: `replay.recording/1`, `replay.step/1`). POSIX only (open/fsync/rename).
+// (docs/FIXTURES.md: `replay.recording/1`, `replay.step/1`, schema minor 2). POSIX only (open/fsync/rename).
 //
 //   #include "replay_recorder.hpp"
 //   replay::RecordingWriter rec("out/rec", /*vocab_size=*/V, R"({"engine":"my-engine"})");
@@ -13,6 +13,16 @@
 //   rec.write_step(s);                                // streamed: temp file, fsync, rename
 //   rec.close();                                      // manifest: complete, num_steps, digest
 //
+// Schema minor 2, the sampling pipeline (docs/FIXTURES.md, "The sampling pipeline"), from plain containers:
+//   std::vector<replay::RequestPipeline> p(R);        // one per request: penalties, min_tokens, lists, grammar
+//   p[0].repetition_penalty = 1.3f;  p[0].output_token_ids = {5, 3};  p[0].bad_words = {{3, 7}};
+//   p[1].has_grammar = true;  p[1].grammar_rows = {{0, 2, 3, 5}};     // allowed ids of each of its rows
+//   s.pipeline(p, cu, V);                             // the fields in use, each with its partners
+//   s.emitted_logprobs(slots, K + 1);                 // [R][slot] {ids, values, rank}: column 0 the emitted token
+//   s.emitted_kept_mask(kept, K + 1, V);              // [R][slot] the kept token ids, packed
+// A step holding a minor-2 field makes the manifest say "schema_minor": 2 (rewritten when the first such step
+// is written); a recording without one stays minor 0, as before.
+//
 // Without close() (a crash), the recording stays "complete": false and every finished step replays.
 // The writer checks shapes loosely (bytes == product of the shape times the dtype width); run
 // `replay validate DIR` on what you record, it checks every rule of docs/FIXTURES.md.
@@ -25,10 +35,14 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace replay {
@@ -122,6 +136,59 @@ inline const char* digest_dtype(const std::string& st) {
   throw std::invalid_argument("replay: unsupported dtype " + st);
 }
 
+// ---------------------------------------------------------------- schema minor 2: the sampling pipeline
+// The names a step of schema minor 2 may hold beyond minor 0's (docs/FIXTURES.md, "The sampling pipeline",
+// "Emitted logprobs and kept sets").
+inline bool is_minor2_name(const std::string& n) {
+  static const char* names[] = {
+      "repetition_penalty", "frequency_penalty", "presence_penalty", "min_tokens", "has_grammar", "logprobs",
+      "logprobs_mode", "prompt_token_ids", "cu_prompt_token_ids", "output_token_ids", "cu_output_token_ids",
+      "allowed_token_ids", "cu_allowed_token_ids", "stop_token_ids", "cu_stop_token_ids", "bad_words_token_ids",
+      "cu_bad_words_token_ids", "bad_words_lengths", "cu_bad_words_lengths", "logit_bias_ids", "logit_bias_values",
+      "cu_logit_bias", "grammar_bitmask", "emitted_logprobs", "emitted_logprob_ids", "emitted_logprob_ranks",
+      "emitted_kept_mask"};
+  for (const char* x : names)
+    if (n == x) return true;
+  return false;
+}
+
+// One request's pipeline inputs; every default is the rule's "off" value.
+struct RequestPipeline {
+  float repetition_penalty = 1.0f;  // > 0, finite; 1 off (needs the prompt and the output)
+  float frequency_penalty = 0.0f;   // finite; 0 off
+  float presence_penalty = 0.0f;    // finite; 0 off
+  int32_t min_tokens = 0;           // >= 0: stop_token_ids are -inf while the output is shorter
+  int32_t logprobs = -1;            // -1 none; n in [0, V]: the emitted token's logprob and the top n
+  int8_t logprobs_mode = 0;         // 0 raw_logprobs, 1 processed_logprobs, 2 raw_logits, 3 processed_logits
+  bool has_grammar = false;         // grammar_rows applies to the request's rows
+  std::vector<int32_t> prompt_token_ids, output_token_ids;  // output: the tokens emitted so far (no drafts)
+  std::vector<int32_t> allowed_token_ids;  // empty: no restriction
+  std::vector<int32_t> stop_token_ids;     // the ids min_tokens holds back
+  std::vector<std::vector<int32_t>> bad_words;            // each word a token sequence of length >= 1
+  std::vector<std::pair<int32_t, float>> logit_bias;      // (token id, bias); one bias a token; -inf bans
+  std::vector<std::vector<int32_t>> grammar_rows;         // has_grammar: the allowed ids of each of its 1 + k rows
+};
+
+// [W = ceil(V/32)] int32 words: bit id % 32 of word id // 32 set for each id (ids >= V allowed, ignored by readers).
+inline std::vector<int32_t> pack_bits(const std::vector<int32_t>& ids, int64_t vocab_size) {
+  std::vector<uint32_t> w(static_cast<size_t>((vocab_size + 31) / 32), 0u);
+  for (int32_t id : ids) {
+    if (id < 0 || id / 32 >= static_cast<int64_t>(w.size()))
+      throw std::invalid_argument("replay: token id " + std::to_string(id) + " outside the bitmask's words");
+    w[static_cast<size_t>(id / 32)] |= 1u << (id % 32);
+  }
+  std::vector<int32_t> out(w.size());
+  std::memcpy(out.data(), w.data(), w.size() * sizeof(uint32_t));  // two's complement: bit 31 is the sign
+  return out;
+}
+
+// One emitted slot's logprobs: ids[0] the emitted token, then the top n (descending); values alike; rank >= 1.
+struct SlotLogprobs {
+  std::vector<int32_t> ids;
+  std::vector<float> values;
+  int32_t rank = -1;
+};
+
 class Step {
  public:
   void f32(const std::string& n, std::vector<int64_t> s, const std::vector<float>& v) { put(n, "F32", s, v); }
@@ -131,9 +198,153 @@ class Step {
   void i64(const std::string& n, std::vector<int64_t> s, const std::vector<int64_t>& v) { put(n, "I64", s, v); }
   void i8(const std::string& n, std::vector<int64_t> s, const std::vector<int8_t>& v) { put(n, "I8", s, v); }
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }  // name order (byte order)
+  int minor() const {  // the schema minor the step needs: 2 with a field of the sampling pipeline, else 0
+    for (const auto& kv : tensors_)
+      if (is_minor2_name(kv.first)) return 2;
+    return 0;
+  }
+
+  // A ragged list: values [*] (one list per request, concatenated) and its prefix sum cu_name [R+1].
+  template <class T>
+  void ragged(const std::string& name, const std::string& cu_name, const std::vector<std::vector<T>>& lists) {
+    std::vector<T> flat;
+    std::vector<int32_t> cu = {0};
+    for (const auto& l : lists) {
+      flat.insert(flat.end(), l.begin(), l.end());
+      cu.push_back(static_cast<int32_t>(flat.size()));
+    }
+    put(name, dtype_of<T>(), {static_cast<int64_t>(flat.size())}, flat);
+    put(cu_name, "I32", {static_cast<int64_t>(cu.size())}, cu);
+  }
+
+  // Every pipeline field some request uses (a value other than the default, a non-empty list), with the fields
+  // it needs beside it (docs/FIXTURES.md, "Which fields go together"). cu: the step's cu_num_logits [R+1].
+  void pipeline(const std::vector<RequestPipeline>& p, const std::vector<int32_t>& cu, int64_t vocab_size) {
+    using RP = RequestPipeline;
+    const int64_t r = static_cast<int64_t>(p.size());
+    if (r == 0 || static_cast<int64_t>(cu.size()) != r + 1)
+      throw std::invalid_argument("replay: pipeline() needs one RequestPipeline a request and cu_num_logits [R+1]");
+    auto any = [&](auto pred) { return std::any_of(p.begin(), p.end(), pred); };
+    auto column = [&](auto get) {  // one value (or list) a request
+      std::vector<decltype(get(p[0]))> v;
+      for (const auto& x : p) v.push_back(get(x));
+      return v;
+    };
+    const bool rep = any([](const RP& x) { return x.repetition_penalty != 1.0f; });
+    const bool freq = any([](const RP& x) { return x.frequency_penalty != 0.0f; });
+    const bool pres = any([](const RP& x) { return x.presence_penalty != 0.0f; });
+    const bool stops = any([](const RP& x) { return !x.stop_token_ids.empty(); });
+    const bool min_t = stops || any([](const RP& x) { return x.min_tokens != 0; });
+    const bool words = any([](const RP& x) { return !x.bad_words.empty(); });
+    const bool prompt = rep || any([](const RP& x) { return !x.prompt_token_ids.empty(); });
+    const bool output = rep || freq || pres || min_t || words ||
+                        any([](const RP& x) { return !x.output_token_ids.empty(); });
+    const std::vector<int64_t> rs = {r};
+    if (rep) put("repetition_penalty", "F32", rs, column([](const RP& x) { return x.repetition_penalty; }));
+    if (freq) put("frequency_penalty", "F32", rs, column([](const RP& x) { return x.frequency_penalty; }));
+    if (pres) put("presence_penalty", "F32", rs, column([](const RP& x) { return x.presence_penalty; }));
+    if (min_t) put("min_tokens", "I32", rs, column([](const RP& x) { return x.min_tokens; }));
+    if (any([](const RP& x) { return x.logprobs >= 0; })) {
+      put("logprobs", "I32", rs, column([](const RP& x) { return x.logprobs; }));
+      put("logprobs_mode", "I8", rs, column([](const RP& x) { return x.logprobs_mode; }));
+    }
+    if (prompt)
+      ragged("prompt_token_ids", "cu_prompt_token_ids", column([](const RP& x) { return x.prompt_token_ids; }));
+    if (output)
+      ragged("output_token_ids", "cu_output_token_ids", column([](const RP& x) { return x.output_token_ids; }));
+    if (any([](const RP& x) { return !x.allowed_token_ids.empty(); }))
+      ragged("allowed_token_ids", "cu_allowed_token_ids", column([](const RP& x) { return x.allowed_token_ids; }));
+    if (stops) ragged("stop_token_ids", "cu_stop_token_ids", column([](const RP& x) { return x.stop_token_ids; }));
+    if (words) {
+      std::vector<std::vector<int32_t>> tokens(p.size()), lengths(p.size());
+      for (size_t i = 0; i < p.size(); ++i)
+        for (const auto& w : p[i].bad_words) {
+          tokens[i].insert(tokens[i].end(), w.begin(), w.end());
+          lengths[i].push_back(static_cast<int32_t>(w.size()));
+        }
+      ragged("bad_words_token_ids", "cu_bad_words_token_ids", tokens);
+      ragged("bad_words_lengths", "cu_bad_words_lengths", lengths);
+    }
+    if (any([](const RP& x) { return !x.logit_bias.empty(); })) {
+      std::vector<std::vector<int32_t>> ids(p.size());
+      std::vector<float> values;
+      for (size_t i = 0; i < p.size(); ++i)
+        for (const auto& [id, b] : p[i].logit_bias) {
+          ids[i].push_back(id);
+          values.push_back(b);
+        }
+      ragged("logit_bias_ids", "cu_logit_bias", ids);
+      put("logit_bias_values", "F32", {static_cast<int64_t>(values.size())}, values);
+    }
+    if (any([](const RP& x) { return x.has_grammar; })) {
+      const int64_t w = (vocab_size + 31) / 32;
+      std::vector<int32_t> bitmask;
+      std::vector<int8_t> has;
+      for (int64_t i = 0; i < r; ++i) {
+        const int64_t rows = cu[i + 1] - cu[i];
+        if (p[i].has_grammar && static_cast<int64_t>(p[i].grammar_rows.size()) != rows)
+          throw std::invalid_argument("replay: request " + std::to_string(i) + " needs one grammar row a logits row");
+        for (int64_t j = 0; j < rows; ++j) {
+          const auto row = p[i].has_grammar ? pack_bits(p[i].grammar_rows[j], vocab_size) : std::vector<int32_t>(w, 0);
+          bitmask.insert(bitmask.end(), row.begin(), row.end());
+        }
+        has.push_back(p[i].has_grammar ? 1 : 0);
+      }
+      put("has_grammar", "I8", rs, has);
+      put("grammar_bitmask", "I32", {cu.back(), w}, bitmask);
+    }
+  }
+
+  // emitted_logprobs / _ids [R, K+1, L] and emitted_logprob_ranks [R, K+1] from slots[r][i] (the emitted slots of
+  // the requests that asked for logprobs; empty for the others): -inf / -1 / -1 where nothing was returned.
+  // L = the longest ids list (1 + the largest n asked for).
+  void emitted_logprobs(const std::vector<std::vector<SlotLogprobs>>& slots, int64_t k_plus_1) {
+    int64_t l = 1;
+    for (const auto& req : slots)
+      for (const auto& s : req) l = std::max<int64_t>(l, static_cast<int64_t>(s.ids.size()));
+    const int64_t r = static_cast<int64_t>(slots.size());
+    std::vector<float> values(static_cast<size_t>(r * k_plus_1 * l), -std::numeric_limits<float>::infinity());
+    std::vector<int32_t> ids(values.size(), -1), ranks(static_cast<size_t>(r * k_plus_1), -1);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < static_cast<int64_t>(slots[i].size()) && j < k_plus_1; ++j) {
+        const SlotLogprobs& s = slots[i][j];
+        if (s.values.size() != s.ids.size())
+          throw std::invalid_argument("replay: a slot's ids and values differ in length");
+        for (size_t c = 0; c < s.ids.size(); ++c) {
+          ids[static_cast<size_t>((i * k_plus_1 + j) * l) + c] = s.ids[c];
+          values[static_cast<size_t>((i * k_plus_1 + j) * l) + c] = s.values[c];
+        }
+        ranks[static_cast<size_t>(i * k_plus_1 + j)] = s.rank;
+      }
+    put("emitted_logprobs", "F32", {r, k_plus_1, l}, values);
+    put("emitted_logprob_ids", "I32", {r, k_plus_1, l}, ids);
+    put("emitted_logprob_ranks", "I32", {r, k_plus_1}, ranks);
+  }
+
+  // emitted_kept_mask [R, K+1, ceil(V/32)] from kept[r][i]: the ids kept with a finite processed logit at each
+  // emitted slot (0 words for the slots not emitted).
+  void emitted_kept_mask(const std::vector<std::vector<std::vector<int32_t>>>& kept, int64_t k_plus_1,
+                         int64_t vocab_size) {
+    const int64_t r = static_cast<int64_t>(kept.size()), w = (vocab_size + 31) / 32;
+    std::vector<int32_t> words(static_cast<size_t>(r * k_plus_1 * w), 0);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < static_cast<int64_t>(kept[i].size()) && j < k_plus_1; ++j) {
+        const auto row = pack_bits(kept[i][j], vocab_size);
+        std::copy(row.begin(), row.end(), words.begin() + (i * k_plus_1 + j) * w);
+      }
+    put("emitted_kept_mask", "I32", {r, k_plus_1, w}, words);
+  }
 
  private:
   std::map<std::string, Tensor> tensors_;
+  template <class T>
+  static const char* dtype_of() {
+    if (std::is_same<T, float>::value) return "F32";
+    if (std::is_same<T, int32_t>::value) return "I32";
+    if (std::is_same<T, int64_t>::value) return "I64";
+    if (std::is_same<T, int8_t>::value) return "I8";
+    throw std::invalid_argument("replay: no dtype for this element type");
+  }
   template <class T>
   void put(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
            const std::vector<T>& values) {
@@ -175,6 +386,10 @@ class RecordingWriter {
   // Writes step number num_steps() (temp name, fsync, rename); returns its content digest.
   std::string write_step(const Step& step) {
     const int64_t index = static_cast<int64_t>(digests_.size());
+    if (step.minor() > minor_) {  // the first step of the sampling pipeline: the manifest says minor 2 from now on
+      minor_ = step.minor();
+      write_manifest(false);
+    }
     const std::string meta = "{\"schema\":\"replay.step/1\",\"step\":" + std::to_string(index) + "}";
     std::string header = "{";
     uint64_t offset = 0;
@@ -215,6 +430,7 @@ class RecordingWriter {
   bool synthetic_;
   std::string rng_;
   std::vector<std::string> digests_;
+  int minor_ = 0;  // schema_minor: 0, or 2 once a step held a field of the sampling pipeline
 
   static std::string escape(const std::string& s) {
     std::string out;
@@ -246,7 +462,8 @@ class RecordingWriter {
     if (dfd >= 0) { ::fsync(dfd); ::close(dfd); }
   }
   void write_manifest(bool complete) {
-    std::string m = "{\n  \"schema\": \"replay.recording/1\",\n  \"schema_minor\": 0,\n  \"vocab_size\": " +
+    std::string m = "{\n  \"schema\": \"replay.recording/1\",\n  \"schema_minor\": " + std::to_string(minor_) +
+                    ",\n  \"vocab_size\": " +
                     std::to_string(vocab_) + ",\n  \"rng_contract\": \"" + escape(rng_) + "\",\n  \"synthetic\": " +
                     (synthetic_ ? "true" : "false") + ",\n  \"source\": " + source_ + ",\n  \"complete\": " +
                     (complete ? "true" : "false") + ",\n  \"num_steps\": " + std::to_string(num_steps()) +

@@ -1,4 +1,4 @@
-"""The rules the conformance vectors pin, one row each (docs/FIXTURES.md, "Sampling rules").
+"""The rules the conformance vectors pin, one row each (docs/FIXTURES.md, "Sampling rules" and "The sampling pipeline").
 
 Each vector under ``replay_harness/conformance/vectors/<rule>/`` is a recording whose manifest names its rule
 (``source.rule``); ``tools/make_conformance.py`` builds one recording per row here, with the tokens that
@@ -17,12 +17,14 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Rule:
     """id: the vector's folder name; statement: the rule, one sentence; section: where FIXTURES.md states it;
-    mrv2_only: the rule is about the MRV2 noise itself (bit-exact vectors only)."""
+    mrv2_only: the rule is about the MRV2 noise itself (bit-exact vectors only); pipeline: the rule is one of the
+    sampling pipeline's (schema minor 2 fields: "The sampling pipeline", "Emitted logprobs and kept sets")."""
 
     id: str
     statement: str
     section: str
     mrv2_only: bool = False
+    pipeline: bool = False
 
 
 RULES = (
@@ -51,5 +53,40 @@ RULES = (
     Rule("draft-logits", "with draft logits, q = softmax(draft / t) and the residual is max(p - q, 0)",
          "Stochastic verify"),
     Rule("logits-dtypes", "BF16 and F16 logits are widened exactly to fp32 before anything else", "One step file"),
+    # The sampling pipeline (schema minor 2): its rules act on the logits before temperature, in this order.
+    *(Rule(rule, statement, section, pipeline=True) for rule, statement, section in (
+        ("grammar-mask", "a request with has_grammar = 1 keeps only the tokens whose bit (v % 32 of int32 word "
+                         "v // 32 of its row's grammar_bitmask) is set, on every row, before everything else; bits "
+                         "at v >= V are ignored, and so is the bitmask of a request with has_grammar = 0",
+         "The sampling pipeline"),
+        ("allowed-token-ids", "a non-empty allowed_token_ids list sets every other token to -inf (an allowed -inf "
+                              "stays -inf; an empty list restricts nothing)", "The sampling pipeline"),
+        ("logit-bias", "logit bias adds its value to the token's fp32 logit (-inf bans it), after the allowed ids "
+                       "and before the penalties", "The sampling pipeline"),
+        ("min-tokens", "while a row's output holds fewer than min_tokens tokens, its stop ids are -inf; the drafts "
+                       "before the row count toward the output", "The sampling pipeline"),
+        ("min-tokens-restore", "when the min-tokens mask leaves a grammar request's row all -inf, the stop ids get "
+                               "back their finite values (a request without grammar is not restored)",
+         "The sampling pipeline"),
+        ("repetition-penalty", "repetition penalty: a token of the prompt or the output, once whatever its count, "
+                               "becomes x * (1 / rep) if x > 0 else x * rep (fp32)", "The sampling pipeline"),
+        ("frequency-penalty", "frequency penalty: x - freq * count, the count of the token in the row's output "
+                              "(the prompt does not count)", "The sampling pipeline"),
+        ("presence-penalty", "presence penalty: x - pres once for a token of the row's output, after the "
+                             "frequency penalty (the prompt does not count)", "The sampling pipeline"),
+        ("penalties-at-drafts", "a verify row's output is output_token_ids followed by the request's drafts "
+                                "before the row: penalties count those drafts", "The sampling pipeline"),
+        ("bad-words", "a bad word whose tokens but the last end the row's output (drafts before the row "
+                      "included; never the prompt) bans its last token; a one-token word is always banned",
+         "The sampling pipeline"),
+        ("logprobs-raw", "raw logprobs / logits are those of the model's logits after the grammar mask only: "
+                         "column 0 the emitted token, then the top n descending (ties by ascending id), the rank "
+                         "the count of tokens >= the emitted one's", "Emitted logprobs and kept sets"),
+        ("logprobs-processed", "processed logprobs / logits are those of the row after every rule, temperature "
+                               "and filters included", "Emitted logprobs and kept sets"),
+        ("kept-set", "the kept set of an emitted slot is the tokens whose processed logit is finite (after "
+                     "top-k with its ties, top-p and min-p; greedy requests ignore the filters)",
+         "Emitted logprobs and kept sets"),
+    )),
 )
 RULE = {r.id: r for r in RULES}
