@@ -121,6 +121,47 @@ def record(
                                      "end-of-sequence leaves the batch."),
     kv_cache: bool = typer.Option(True, "--kv-cache/--no-kv-cache", help="Keep each request's KV cache across "
                                   "steps (default); --no-kv-cache reruns the whole context every forward (slow)."),
+    repetition_penalty: Optional[List[str]] = typer.Option(
+        None, "--repetition-penalty", metavar="P", help="Repetition penalty (> 0; 1 = off) on tokens of the prompt and "
+        "the output; repeatable or comma separated, values cycled over the requests as --temperature's."),
+    frequency_penalty: Optional[List[str]] = typer.Option(
+        None, "--frequency-penalty", metavar="F", help="Frequency penalty in [-2, 2] (0 = off); cycled over the "
+        "requests."),
+    presence_penalty: Optional[List[str]] = typer.Option(
+        None, "--presence-penalty", metavar="F", help="Presence penalty in [-2, 2] (0 = off); cycled over the "
+        "requests."),
+    logit_bias: Optional[List[str]] = typer.Option(
+        None, "--logit-bias", metavar="ID=BIAS", help="Add BIAS (in [-100, 100]) to token ID's logit, for every "
+        "request; repeatable (or comma separated)."),
+    allowed_token_ids: Optional[List[str]] = typer.Option(
+        None, "--allowed-token-ids", metavar="ID[,ID...]", help="Only these token ids may be sampled, for every "
+        "request; repeatable (the lists add up)."),
+    bad_words: Optional[List[str]] = typer.Option(
+        None, "--bad-words", metavar="WORD", help="A word that may not be generated (text, tokenized with the "
+        "model's tokenizer as vLLM does: as given and with a leading space), for every request; repeatable."),
+    bad_word_ids: Optional[List[str]] = typer.Option(
+        None, "--bad-word-ids", metavar="ID[,ID...]", help="A bad word given as its token ids; repeatable."),
+    min_tokens: Optional[List[str]] = typer.Option(
+        None, "--min-tokens", metavar="N", help="The model's end-of-sequence ids may not be sampled before the "
+        "output holds N tokens; cycled over the requests."),
+    logprobs: Optional[List[str]] = typer.Option(
+        None, "--logprobs", metavar="N|none", help="Record the emitted tokens' logprobs, their ranks and the top N "
+        "(emitted_logprobs, emitted_logprob_ids, emitted_logprob_ranks, emitted_kept_mask); cycled over the "
+        "requests, none = not asked."),
+    logprobs_mode: Optional[List[str]] = typer.Option(
+        None, "--logprobs-mode", metavar="MODE", help="raw (default), processed, raw-logits or processed-logits; "
+        "cycled over the requests."),
+    json_schema: Optional[str] = typer.Option(
+        None, "--json-schema", metavar="FILE|JSON", help="Structured output through xgrammar: every request's output "
+        "follows this JSON schema (a file or the JSON itself)."),
+    regex: Optional[str] = typer.Option(
+        None, "--regex", metavar="PATTERN", help="Structured output through xgrammar: every request's output matches "
+        "PATTERN."),
+    request_params: Optional[str] = typer.Option(
+        None, "--request-params", metavar="FILE|JSON", help="Per-request pipeline options: a JSON list of objects "
+        "with vLLM's names (repetition_penalty, frequency_penalty, presence_penalty, min_tokens, logprobs, "
+        "logprobs_mode, logit_bias, allowed_token_ids, bad_words, json_schema, regex), cycled over the requests; "
+        "a key replaces the command line's value for that request (null: off)."),
     as_json: JsonOpt = False,
     json_file: JsonFileOpt = None,
     quiet: QuietOpt = False,
@@ -134,18 +175,11 @@ def record(
 
     Example: replay record --model Qwen/Qwen2.5-Coder-0.5B-Instruct --steps 8 --temperature 0,1.0 --out rec/mixed
     """
-    from replay_harness.record.pipeline import DEFAULT_PROMPTS, RecordOptions, run_record
+    from replay_harness.record.pipeline import run_record
 
-    check_json_file(json_file, [prompts_file, model, draft_model, out_path])
-    texts = read_prompts(prompts, prompts_file)
-    temps = temperatures(temperature) or [1.0]
-    n = batch or len(texts or DEFAULT_PROMPTS)
-    temperature_text = ",".join(f"{temps[i % len(temps)]!r}" for i in range(n))  # cycled: one per request
-    opts = RecordOptions(prompts=texts, steps=steps, max_bytes=parse_bytes(max_bytes),
-                         every=every, batch=batch, temperature=temperature_text, top_k=top_k, top_p=top_p, min_p=min_p,
-                         seed=seed, drafter=drafter, num_drafts=num_drafts, early_exit_layers=early_exit_layers,
-                         draft_model=draft_model, draft_gguf_file=draft_gguf_file, gguf_file=gguf_file, impl=impl, impl_timeout=impl_timeout, out_path=out_path, overwrite=overwrite, model=model,
-                         dtype=dtype, stop_at_eos=stop_at_eos, kv_cache=kv_cache, inputs=[prompts_file] if prompts_file else [])
+    params = dict(locals())
+    check_json_file(json_file, [prompts_file, model, draft_model, out_path, json_schema, request_params])
+    opts = record_options(params)
     summary = run_record(opts, loading=lambda model: _loading(model, quiet),
                          decoding=lambda steps: _decoding(steps, quiet))
     if as_json or json_file:
@@ -164,6 +198,31 @@ def record(
     out.print(table)
     for r in summary["requests"]:
         out.print(f"request {r['request_id']} (T={r['temperature']:g}, seed={r['seed']}): {r['completion']!r}")
+
+
+def record_options(params: dict) -> "RecordOptions":  # noqa: F821 (imported lazily: torch)
+    """The :class:`~replay_harness.record.pipeline.RecordOptions` of `replay record`'s parsed options
+    (:func:`record`'s parameters by name; tools/make_pipeline_fixtures.py parses a command line into them)."""
+    from replay_harness.record.pipeline import DEFAULT_PROMPTS, RecordOptions
+    from replay_harness.record.sampling_options import PipelineText
+
+    p = params
+    texts = read_prompts(p["prompts"], p["prompts_file"])
+    temps = temperatures(p["temperature"]) or [1.0]
+    n = p["batch"] or len(texts or DEFAULT_PROMPTS)
+    temperature_text = ",".join(f"{temps[i % len(temps)]!r}" for i in range(n))  # cycled: one per request
+    pipeline = PipelineText(**{name: list(p[name] or []) for name in (
+        "repetition_penalty", "frequency_penalty", "presence_penalty", "min_tokens", "logprobs", "logprobs_mode",
+        "logit_bias", "allowed_token_ids", "bad_words", "bad_word_ids")},
+        json_schema=p["json_schema"], regex=p["regex"], request_params=p["request_params"])
+    return RecordOptions(
+        prompts=texts, steps=p["steps"], max_bytes=parse_bytes(p["max_bytes"]), every=p["every"], batch=p["batch"],
+        temperature=temperature_text, top_k=p["top_k"], top_p=p["top_p"], min_p=p["min_p"], seed=p["seed"],
+        drafter=p["drafter"], num_drafts=p["num_drafts"], early_exit_layers=p["early_exit_layers"],
+        draft_model=p["draft_model"], draft_gguf_file=p["draft_gguf_file"], gguf_file=p["gguf_file"], impl=p["impl"],
+        impl_timeout=p["impl_timeout"], out_path=p["out_path"], overwrite=p["overwrite"], model=p["model"],
+        dtype=p["dtype"], stop_at_eos=p["stop_at_eos"], kv_cache=p["kv_cache"], pipeline=pipeline,
+        inputs=[p["prompts_file"]] if p["prompts_file"] else [])
 
 
 @contextmanager

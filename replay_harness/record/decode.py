@@ -2,7 +2,10 @@
 own sampling parameters; every step each request gets up to K drafts (ragged), the target runs once per request
 over context + drafts (what its KV cache lacks: :mod:`replay_harness.record.kv_cache`), the step is laid out in
 Model Runner V2's expanded layout (:class:`replay_harness.recording.step.Step`, :func:`build_step`), sampled by a
-registry impl and recorded with what it emitted and the routes taken.
+registry impl and recorded with what it emitted and the routes taken. Requests with sampling pipeline options
+(:mod:`replay_harness.record.sampling_options`) add the step's histories, lists and per-request values, and
+grammar requests their rows of the grammar bitmask (:mod:`replay_harness.record.grammar`), advanced by what the
+sampler emitted.
 """
 from __future__ import annotations
 
@@ -11,8 +14,10 @@ from typing import Any, Callable
 
 import torch
 
+from replay_harness.record.grammar import RequestGrammar
 from replay_harness.record.kv_cache import RequestCaches
 from replay_harness.record.model import CausalLM
+from replay_harness.record.sampling_options import PipelineParams, fields_on, step_inputs
 from replay_harness.recording.step import Step
 
 
@@ -34,6 +39,8 @@ class Request:
     tokens: list[int] = field(default_factory=list)  # prompt + generated
     done: bool = False
     caches: RequestCaches | None = field(default=None, repr=False)  # its KV caches (decode opens them)
+    pipeline: PipelineParams = field(default_factory=PipelineParams)  # penalties, lists, grammar, logprobs
+    grammar: RequestGrammar | None = field(default=None, repr=False)  # its grammar state (pipeline.grammar)
 
     @property
     def generated(self) -> list[int]:
@@ -48,12 +55,16 @@ class DecodeStats:
     accepted: int = 0
     emitted: int = 0
     stopped: str = "steps"  # steps | eos | max-bytes
+    grammar_refused: list[int] = field(default_factory=list)  # request ids whose emitted token the grammar refused
 
 
-def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor | None]]) -> Step:
+def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor | None]],
+               on: set[str] = frozenset(), stop_ids: list[int] = ()) -> Step:
     """Lay out one step (MRV2 expanded layout) from per-request (request, drafts, target rows, draft logits).
 
-    target rows: [k+1, V], row i predicts position len(tokens)+i; draft logits: [k, V] or None.
+    target rows: [k+1, V], row i predicts position len(tokens)+i; draft logits: [k, V] or None. ``on``: the
+    groups of pipeline fields the step carries (:func:`~replay_harness.record.sampling_options.fields_on`);
+    ``stop_ids``: the min-tokens stop ids.
     """
     cu, drafts, positions, logits, dl = [0], [], [], [], []
     has_dl = any(d is not None for _, ds, _, d in rows if ds)
@@ -68,6 +79,13 @@ def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor |
         if has_dl and k:
             dl.append(d)
     p = [req.params for req, *_ in rows]
+    pipeline = step_inputs(on, [req.pipeline for req, *_ in rows], [req.prompt_ids for req, *_ in rows],
+                           [req.generated for req, *_ in rows], list(stop_ids)) if on else {}
+    if "grammar" in on:
+        words = (logits[0].shape[-1] + 31) // 32
+        pipeline["grammar_bitmask"] = torch.cat([
+            req.grammar.rows(ds) if req.grammar is not None else torch.full((len(ds) + 1, words), -1, dtype=torch.int32)
+            for req, ds, *_ in rows])
     return Step(
         logits=torch.cat(logits, 0),
         cu_num_logits=torch.tensor(cu, dtype=torch.int32),
@@ -80,6 +98,7 @@ def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor |
         seed=torch.tensor([x.seed for x in p], dtype=torch.int64),
         request_ids=torch.tensor([req.request_id for req, *_ in rows], dtype=torch.int64),
         draft_logits=torch.cat(dl, 0) if has_dl else None,
+        **pipeline,
     )
 
 
@@ -97,8 +116,14 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
     ``kv_cache``: each request keeps KV caches (target; drafter when it runs a model) across steps, rolled
     back after each step to the prefix shared with the grown context. False: every forward runs the whole
     context (the old way, kept for comparison).
+
+    Requests with pipeline options: each step carries the groups of fields some request uses, the min-tokens
+    stop ids being the model's EOS ids; a grammar request whose emitted token its grammar refuses (a sampler
+    that broke the mask) leaves the batch and is listed in ``grammar_refused``.
     """
     stats = DecodeStats()
+    on = fields_on([r.pipeline for r in requests])
+    stop_ids = sorted(lm.eos_token_ids) if "min_tokens" in on else []
     for req in requests:
         if not req.tokens:
             req.tokens = list(req.prompt_ids)
@@ -121,7 +146,7 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
                 d_logits = d_logits.to(target.dtype)
             rows.append((req, ds, target, d_logits))
             stats.drafted += len(ds)
-        step = build_step(rows)
+        step = build_step(rows, on, stop_ids)
         result = impl.sample(step)
         written = None
         if recorder is not None:
@@ -136,7 +161,10 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
             req.tokens.extend(new)
             if req.caches is not None:
                 req.caches.rollback(req.tokens)
-            if stop_at_eos and any(t in lm.eos_token_ids for t in new):
+            if req.grammar is not None and not req.grammar.advance(new):
+                stats.grammar_refused.append(req.request_id)
+                req.done = True
+            if req.done or (stop_at_eos and any(t in lm.eos_token_ids for t in new)):
                 req.done, req.caches = True, None  # None frees its keys and values
         stats.steps += 1
         if on_step:

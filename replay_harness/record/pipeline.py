@@ -25,6 +25,7 @@ from replay_harness.limits import check_output
 from replay_harness.record.drafters import DRAFTERS, make_drafter
 from replay_harness.record.decode import Request, SamplingParams, decode
 from replay_harness.record.model import load_model
+from replay_harness.record.sampling_options import PipelineParams, PipelineText, read_pipeline, resolve
 from replay_harness.record.weights import HUB_REPO_ID, PACKAGED, hub_file, versions
 from replay_harness.recording.recorder import Recorder
 
@@ -42,7 +43,9 @@ class RecordOptions:
     """What to record (the options of `replay record`, same names and defaults).
 
     Per-request values (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``) are text as on the
-    command line: one value for every request, or one per request, comma separated ("0,1.0").
+    command line: one value for every request, or one per request, comma separated ("0,1.0"). ``pipeline``:
+    the sampling pipeline's options as the command line gives them (penalties, bias, allowed ids, bad words,
+    min-tokens, logprobs, grammar: :mod:`replay_harness.record.sampling_options`).
     """
 
     prompts: list[str] = field(default_factory=list)  # empty: DEFAULT_PROMPTS
@@ -69,6 +72,7 @@ class RecordOptions:
     dtype: str = "float32"            # model compute dtype; logits are recorded in it
     stop_at_eos: bool = True
     kv_cache: bool = True             # False (--no-kv-cache): every forward reruns the whole context
+    pipeline: PipelineText = field(default_factory=PipelineText)  # --repetition-penalty ... --regex
     extra_source: dict[str, Any] = field(default_factory=dict)  # merged into the manifest's source
     inputs: list[str] = field(default_factory=list)  # more files read (--prompts-file): --out may not touch them
 
@@ -103,9 +107,9 @@ def _int64(text: str) -> int:
     return value
 
 
-def _requests(opts: RecordOptions) -> tuple[list[str], list[SamplingParams]]:
-    """The prompts (cycled to the batch size) and each request's sampling parameters; UsageError when an
-    option cannot be read or is out of range."""
+def _requests(opts: RecordOptions) -> tuple[list[str], list[SamplingParams], list[PipelineParams]]:
+    """The prompts (cycled to the batch size) and each request's sampling parameters and pipeline options;
+    UsageError when an option cannot be read or is out of range."""
     texts = list(opts.prompts) or list(DEFAULT_PROMPTS)
     n = opts.batch or len(texts)
     texts = [texts[i % len(texts)] for i in range(n)]
@@ -120,19 +124,32 @@ def _requests(opts: RecordOptions) -> tuple[list[str], list[SamplingParams]]:
         bad = [v for v in values if not ok(v)]
         if bad:
             raise UsageError(f"{name}: {bad[0]} is out of range")
-    return texts, [SamplingParams(*p) for p in zip(temps, ks, ps, mps, seeds)]
+    return texts, [SamplingParams(*p) for p in zip(temps, ks, ps, mps, seeds)], read_pipeline(opts.pipeline, n)
 
 
 def _out_folder(opts: RecordOptions) -> Path:
     """The recording folder, refused before the model loads (seconds) rather than after; never one that is,
     holds or lies inside an input (the model folder or file, the draft model, ``opts.inputs``)."""
     out = Path(opts.out_path or f"recordings/record-{time.strftime('%Y%m%d-%H%M%S')}")
-    check_output(out, [opts.model, opts.draft_model, *opts.inputs], "--out")
+    check_output(out, [opts.model, opts.draft_model, *opts.inputs, *opts.pipeline.inputs()], "--out")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: is a file, not a folder (name a new or empty folder)")
     if out.exists() and out.is_dir() and any(out.iterdir()) and not opts.overwrite:
         raise UsageError(f"--out {out}: folder exists and is not empty (pass --overwrite to replace it)")
     return out
+
+
+def _start_pipeline(lm, requests: list[Request]) -> None:
+    """Resolve the requests' pipeline options against the model (token ids, bad words) and give each grammar
+    request its grammar state (xgrammar, compiled against the model's tokenizer)."""
+    resolve([r.pipeline for r in requests], lm.vocab_size, lm.encode)
+    if any(r.pipeline.grammar is not None for r in requests):
+        from replay_harness.record.grammar import Grammars
+
+        grammars = Grammars(lm.tokenizer, lm.vocab_size, sorted(lm.eos_token_ids))
+        for r in requests:
+            if r.pipeline.grammar is not None:
+                r.grammar = grammars.start(*r.pipeline.grammar, where=f"request {r.request_id}")
 
 
 def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[Any]] = _quiet_loading,
@@ -144,7 +161,7 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
     ``decoding(steps)``: a context around the decode loop, yielding a callback called after every step
     with the number of steps recorded so far. The defaults show nothing.
     """
-    texts, params = _requests(opts)
+    texts, params, pipeline = _requests(opts)
     out = _out_folder(opts)
     if opts.drafter not in DRAFTERS:
         raise UsageError(f"unknown --drafter '{opts.drafter}' ({', '.join(DRAFTERS)})")
@@ -160,24 +177,31 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
             lm = load_model(opts.model, opts.dtype, opts.gguf_file)
         draft = make_drafter(opts.drafter, lm, early_exit_layers=opts.early_exit_layers,
                              draft_model=opts.draft_model, dtype=opts.dtype, draft_gguf_file=opts.draft_gguf_file)
-        requests = [Request(request_id=i, prompt=t, prompt_ids=lm.encode(t), params=p)
-                    for i, (t, p) in enumerate(zip(texts, params))]
+        requests = [Request(request_id=i, prompt=t, prompt_ids=lm.encode(t), params=p, pipeline=q)
+                    for i, (t, p, q) in enumerate(zip(texts, params, pipeline))]
+        _start_pipeline(lm, requests)
         source = {
             "engine": "replay record", "model": lm.source, "drafter": draft.describe(),
             "num_drafts": opts.num_drafts, "impl": opts.impl, "steps": opts.steps, "every": opts.every,
             "max_bytes": opts.max_bytes, "stop_at_eos": opts.stop_at_eos, "kv_cache": opts.kv_cache,
             "requests": [{"request_id": r.request_id, "prompt": r.prompt, "prompt_tokens": len(r.prompt_ids),
                           "temperature": r.params.temperature, "top_k": r.params.top_k, "top_p": r.params.top_p,
-                          "min_p": r.params.min_p, "seed": r.params.seed} for r in requests],
+                          "min_p": r.params.min_p, "seed": r.params.seed, **r.pipeline.describe()}
+                         for r in requests],
             "versions": versions(), "torch_threads": torch.get_num_threads(), **opts.extra_source,
         }
-        with Recorder(out, lm.vocab_size, source=source, max_bytes=opts.max_bytes, every=opts.every,
-                      overwrite=opts.overwrite) as rec, decoding(opts.steps) as advance:
+        # the manifest claims the noise contract of the impl that sampled (the built-ins: "mrv2")
+        contract = getattr(sampler, "rng_contract", "unknown")
+        with Recorder(out, lm.vocab_size, source=source, rng_contract=contract, max_bytes=opts.max_bytes,
+                      every=opts.every, overwrite=opts.overwrite) as rec, decoding(opts.steps) as advance:
             t_decode = time.perf_counter()
             stats = decode(lm, draft, requests, steps=opts.steps, num_drafts=opts.num_drafts, impl=sampler,
                            recorder=rec, stop_at_eos=opts.stop_at_eos, kv_cache=opts.kv_cache,
                            on_step=lambda i, s, r, w: advance(rec.num_steps))
             decode_seconds = time.perf_counter() - t_decode
+    if stats.grammar_refused:
+        print(f"replay record: the grammar refused a token --impl {opts.impl} emitted for request(s) "
+              f"{', '.join(map(str, stats.grammar_refused))}; they left the batch", file=sys.stderr)
     if stats.stopped == "max-bytes":
         print(f"replay record: --max-bytes {opts.max_bytes:,} reached after {stats.recorded} recorded step(s)"
               + ("; not even the first step fits: raise the budget" if stats.recorded == 0 else ""), file=sys.stderr)
@@ -187,6 +211,7 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
         "accepted": stats.accepted, "emitted": stats.emitted, "bytes": rec.bytes_written,
         "seconds": time.time() - t0, "kv_cache": opts.kv_cache,
         "decode_seconds": decode_seconds,  # the decode loop alone (drafting, forwards, sampling, writing steps)
+        "grammar_refused": stats.grammar_refused,
         "requests": [{"request_id": r.request_id, "temperature": r.params.temperature, "seed": r.params.seed,
                       "completion": lm.decode(r.generated)} for r in requests],
     }
