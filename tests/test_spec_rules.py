@@ -458,7 +458,7 @@ PIPELINE_REFUSALS = {
     "lengths sum": (lambda t: t.update(bad_words_lengths=torch.tensor([2, 1], dtype=_I32)), "bad_words_lengths"),
     "logprob column 0": (_set("emitted_logprob_ids", 0, 4), "emitted_logprob_ids"),
     "logprob unused id": (_set("emitted_logprob_ids", 11, 3), "emitted_logprob_ids"),
-    "logprob NaN": (_set("emitted_logprobs", 1, float("nan")), "emitted_logprobs"),
+    "logprob +inf": (_set("emitted_logprobs", 1, float("inf")), "emitted_logprobs"),  # NaN is allowed (no finite logit)
     "rank 0": (_set("emitted_logprob_ranks", 0, 0), "emitted_logprob_ranks"),
     "rank unused": (_set("emitted_logprob_ranks", 3, 1), "emitted_logprob_ranks"),
     "L too small": (lambda t: t.update(emitted_logprobs=t["emitted_logprobs"][:, :, :2].contiguous(),
