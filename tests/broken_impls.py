@@ -60,9 +60,11 @@ class BrokenSampler(ReferenceSampler):
         return residual_logits(target, d, q)
 
     def verify(self, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
-                seed: int, draft_logits: torch.Tensor | None) -> list[int]:
+                seed: int, draft_logits: torch.Tensor | None, *method) -> list[int]:
+        """The flawed token-wise walk (``method``: the reference hook's verification method, taken and ignored:
+        the flaws are of the standard walk)."""
         if temperature == 0.0:  # no flaw touches greedy requests
-            return super().verify(logits, drafts, positions, temperature, seed, draft_logits)
+            return super().verify(logits, drafts, positions, temperature, seed, draft_logits, *method)
         k = len(drafts)
         out = []
         for i, d in enumerate(drafts):
@@ -92,3 +94,64 @@ class RowKeyedNoise(ReferenceSampler):
         rows = torch.repeat_interleave(torch.arange(step.num_requests, dtype=step.positions.dtype),
                                        (step.cu_num_logits[1:] - step.cu_num_logits[:-1]).long())
         return super().sample(dataclasses.replace(step, positions=rows))
+
+
+# The sampling pipeline's rules (docs/FIXTURES.md, "The sampling pipeline"), each with the Step fields that switch
+# it off, written here on their own (not taken from compare/ablation.py, whose attribution these engines test).
+PIPELINE_FIELDS_OF = {
+    "grammar": ("grammar_bitmask", "has_grammar"),
+    "allowed": ("allowed_token_ids", "cu_allowed_token_ids"),
+    "bias": ("logit_bias_ids", "logit_bias_values", "cu_logit_bias"),
+    "min-tokens": ("min_tokens",),
+    "repetition": ("repetition_penalty",),
+    "frequency": ("frequency_penalty",),
+    "presence": ("presence_penalty",),
+    "bad-words": ("bad_words_token_ids", "cu_bad_words_token_ids", "bad_words_lengths", "cu_bad_words_lengths"),
+}
+PIPELINE_LABELS = {"grammar": "grammar mask", "allowed": "allowed token ids", "bias": "logit bias",
+                   "min-tokens": "min-tokens", "repetition": "repetition penalty", "frequency": "frequency penalty",
+                   "presence": "presence penalty", "bad-words": "bad words"}
+
+
+class DroppedRule(ReferenceSampler):
+    """The reference with one rule of the sampling pipeline not applied: on verify rows only (``where="drafts"``,
+    an engine whose draft-position path forgets it) or on every row (``where="all"``)."""
+
+    def __init__(self, rule: str, where: str = "drafts"):
+        self.rule, self.where = rule, where
+        self.name = f"drops-{rule}-{where}"
+        self.description = f"reference without the {rule} rule ({where})"
+
+    def process(self, step: Step) -> torch.Tensor:
+        off = apply_sampling_params(dataclasses.replace(step, **{f: None for f in PIPELINE_FIELDS_OF[self.rule]}))
+        if self.where == "all":
+            return off
+        full = apply_sampling_params(step)
+        bonus = step.cu_num_logits[1:].long() - 1
+        keep = full.clone()
+        mask = torch.ones(full.shape[0], dtype=torch.bool)
+        mask[bonus] = False
+        keep[mask] = off[mask]
+        return keep
+
+
+class FrozenHistory(ReferenceSampler):
+    """The reference whose penalties, bad words and min-tokens see the request's output at the step start on every
+    row: the drafts before a row are not counted as output (each row processed as a one-row request)."""
+
+    name = "frozen-history"
+    description = "drafts not counted as output by the pipeline's history rules"
+
+    def process(self, step: Step) -> torch.Tensor:
+        out = torch.empty(step.logits.shape, dtype=torch.float32)
+        cu = step.cu_num_logits.tolist()
+        for r in range(step.num_requests):
+            one = step.select([r])
+            for l in range(cu[r + 1] - cu[r]):
+                row = dataclasses.replace(
+                    one, logits=one.logits[l:l + 1], cu_num_logits=torch.tensor([0, 1], dtype=torch.int32),
+                    draft_token_ids=torch.tensor([-1], dtype=torch.int32), positions=one.positions[l:l + 1],
+                    draft_logits=None,
+                    grammar_bitmask=None if one.grammar_bitmask is None else one.grammar_bitmask[l:l + 1])
+                out[cu[r] + l] = apply_sampling_params(row)[0]
+        return out

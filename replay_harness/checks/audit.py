@@ -22,9 +22,12 @@ accepted drafts, is distributed as ``p_j`` = softmax of row ``j`` after ``apply_
 * ``greedy-not-argmax``: a temperature-0 token that is not the argmax by more than ``NEAR_TIE_TOL``.
 * ``structure``: emitted tokens that contradict the verify walk (an emitted token before the last that is
   not the draft; a walk that stops right after accepting a draft).
+* ``forbidden-token`` and ``penalty``: the sampling pipeline's rules (grammar mask, allowed ids, logit bias,
+  min-tokens, bad words; repetition / frequency / presence penalties): :mod:`replay_harness.checks.audit_pipeline`.
 
 Thresholds: a statistical test is a *finding* at p < ``FINDING_P`` (1e-6) and a *note* ("suspicious") at
-p < ``NOTE_P`` (1e-3). Tests per recording: 5 statistics x (2 pooled scopes + one per request id).
+p < ``NOTE_P`` (1e-3). Tests per recording: 7 statistics x (2 pooled scopes + one per request id) at most (the
+penalty test only over requests with a penalty).
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from replay_harness.checks.audit_pipeline import PENALTY_TEST, Forbidden, StepPipeline, judge_forbidden
 from replay_harness.checks.findings import AuditResult, Finding, Term, TestResult
 from replay_harness.checks.tails import format_p, poisson_binomial_log_tail  # noqa: F401 (format_p: re-exported)
 from replay_harness.oracle.near_tie import NEAR_TIE_TOL
@@ -64,21 +68,27 @@ TESTS = {
     "rank-overlap": ("reused-noise", "non-argmax tokens whose probability-rank interval overlaps the previous "
                                      "token's", "upper"),
     "loop": ("reused-noise", "tokens, the argmax included, that repeat an earlier token of the request", "upper"),
+    PENALTY_TEST: ("penalty-not-applied", "tokens the penalties make less likely (for positive penalties: repeats), "
+                                          "too many for the penalized distributions: fits penalties not applied "
+                                          "(or applied weaker)", "upper"),
 }
 LOOP_TEST = "loop"  # fits reused noise locked on the argmax AND greedy decoding of a looping model: both named
 SCOPES = ("verify", "plain")  # T > 0 request-steps with drafts (stochastic-verify) / without (random-sample)
 
 
 # ----------------------------------------------------------------------------------------------- per token
-def _support_reason(step: Step, r: int, raw_row: torch.Tensor, token: int) -> str | None:
+def _support_reason(step: Step, r: int, raw_row: torch.Tensor, token: int,
+                    dtype: torch.dtype | None = None) -> str | None:
     """Why ``token`` is certainly outside the support of request ``r`` even with rounding slack, or None
-    when it sits within the tolerance of a filter boundary (then the engine's rounding may explain it)."""
+    when it sits within the tolerance of a filter boundary (then the engine's rounding may explain it).
+    ``raw_row``: the row the filters cut (the recorded logits, after the pipeline's rules when the step has
+    them); ``dtype``: the recorded logits' dtype (the slack follows it; default ``raw_row``'s)."""
     temperature = float(step.temperature[r])
     logits = raw_row.double() / temperature
     lt = float(logits[token])
     if lt == -math.inf:
         return "its logit is -inf"
-    slack = boundary_slack(raw_row.dtype, lt)
+    slack = boundary_slack(dtype or raw_row.dtype, lt)
     min_p = float(step.min_p[r])
     keep = torch.isfinite(logits)
     if min_p > 0:
@@ -114,6 +124,8 @@ class _Collector:
         self.forced: list[tuple[int, int, str]] = []  # T > 0 tokens of rows with no finite logit
         self.seen: dict[int, set[int]] = {}
         self.prev_interval: dict[int, tuple[float, float]] = {}
+        self.forbidden = Forbidden()
+        self.pipe: StepPipeline | None = None
 
     def certain_finding(self, kind: str, step: int, rid: int, detail: str) -> None:
         self.certain.setdefault(kind, []).append((step, rid, detail))
@@ -124,6 +136,7 @@ class _Collector:
         processed = torch.nan_to_num(apply_sampling_params(step), nan=-math.inf, neginf=-math.inf)
         log_p = torch.log_softmax(processed.double(), dim=-1)
         log_p = torch.nan_to_num(log_p, nan=-math.inf, neginf=-math.inf)
+        self.pipe = pipe = StepPipeline(step)
         cu = step.cu_num_logits.tolist()
         drafts = step.draft_token_ids.tolist()
         d_idx = step.draft_row_index()
@@ -138,7 +151,7 @@ class _Collector:
             self._structure(index, rid, toks, drafts[a:a + k], k)
             temperature = float(step.temperature[r])
             if temperature == 0.0:
-                self._greedy(index, rid, step, a, toks)
+                self._greedy(index, rid, step, r, a, toks, processed)
                 continue
             scope = "verify" if k > 0 else "plain"
             for i, t in enumerate(toks):
@@ -149,8 +162,13 @@ class _Collector:
                 if not bool(torch.isfinite(lp).any()):  # no finite logit: the token is forced, not sampled
                     self.forced.append((index, rid, f"token {i} ({t})"))
                     continue
-                if lp[t] == -math.inf:
+                if pipe.forbids(j, t):
+                    self.forbidden.add(self.certain, index, step, r, rid, i, t)
+                elif lp[t] == -math.inf:
                     self._outside(index, rid, step, r, j, i, t)
+                term = pipe.penalty_term(index, rid, r, i, scope, j, lp, t)
+                if term is not None:
+                    self.terms[PENALTY_TEST].append(term)
                 row = processed[j]
                 is_max = row == row.max()
                 hit = bool(is_max[t])
@@ -176,20 +194,26 @@ class _Collector:
             self.certain_finding("structure", index, rid, f"the walk stopped after accepting draft {last} "
                                  f"({toks[last]}) instead of verifying the next row")
 
-    def _greedy(self, index: int, rid: int, step: Step, a: int, toks: list[int]) -> None:
+    def _greedy(self, index: int, rid: int, step: Step, r: int, a: int, toks: list[int],
+                processed: torch.Tensor) -> None:
+        """Greedy tokens against the argmax of their rows after the pipeline's rules (``processed``: a greedy row
+        takes them and no filter)."""
         for i, t in enumerate(toks):
-            row = step.logits[a + i].float()
+            self.result.tokens_greedy += 1
+            if self.pipe is not None and self.pipe.forbids(a + i, t):
+                self.forbidden.add(self.certain, index, step, r, rid, i, t)
+                continue
+            row = processed[a + i] if step.has_pipeline else step.logits[a + i].float()
             row = torch.nan_to_num(row, nan=-math.inf, neginf=-math.inf)
             gap = float(row.max() - row[t])
-            self.result.tokens_greedy += 1
             if gap > NEAR_TIE_TOL:
                 self.certain_finding("greedy-not-argmax", index, rid, f"token {i} ({t}) is {gap:.4g} below the "
-                                     f"argmax {int(row.argmax())}")
+                                     f"argmax {int(row.argmax())}{self.forbidden.name_greedy(step, r, i, t)}")
             elif gap > 0:
                 self.near_ties.append((index, rid))
 
     def _outside(self, index: int, rid: int, step: Step, r: int, j: int, i: int, t: int) -> None:
-        reason = _support_reason(step, r, step.logits[j], t)
+        reason = _support_reason(step, r, self.pipe.support_row(j), t, step.logits.dtype)
         if reason is None:
             self.boundary.append((index, rid, f"token {i} ({t}) is outside the support by less than the "
                                               f"rounding tolerance"))
@@ -282,8 +306,10 @@ def _judge(result: AuditResult, col: _Collector, finding_p: float, note_p: float
         steps = sorted({s for s, _, _ in items})
         detail = "; ".join(f"step {s} request {rid}: {d}" for s, rid, d in items[:3])
         more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
-        result.findings.append(Finding(kind, "finding", rids, steps, float(len(items)), 0.0, -math.inf,
-                                       f"impossible emitted token(s): {detail}{more}", scope="all"))
+        what = judge_forbidden(kind, items) if isinstance(kind, tuple) else \
+            dict(kind=kind, message=f"impossible emitted token(s): {detail}{more}")
+        result.findings.append(Finding(severity="finding", request_ids=rids, steps=steps, observed=float(len(items)),
+                                       expected=0.0, log10_p=-math.inf, scope="all", **what))
     if col.boundary:
         items = col.boundary
         result.notes.append(Finding("outside-support", "note", sorted({r for _, r, _ in items}),

@@ -55,6 +55,7 @@ class Finding:
     scope: str = ""
     terms: int | None = None  # tokens (Bernoulli terms) the test covered
     test: str = ""            # the statistical test (TESTS key) behind it; "" for certain findings
+    rule: str = ""            # forbidden-token: the pipeline rule that forbids the tokens (checks/audit_pipeline.py)
 
     @property
     def p_value(self) -> float | None:

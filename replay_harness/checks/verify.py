@@ -31,6 +31,7 @@ from replay_harness.checks.report import (DEFAULT_ALPHA, STATISTICAL, Check, Uni
 from replay_harness.checks.stats import MIN_EXPECTED, binomial_p, chi_square
 from replay_harness.checks.trials import (Group, Outcomes, expected_runs, request_rng, run_groups, same_outcome,
                                           trial_seeds)
+from replay_harness.compare.ablation import forbidding_rule, uses_history
 from replay_harness.oracle.sampling_params import apply_sampling_params
 from replay_harness.recording.step import ROUTE_CODE, Step, expected_route, route_name
 
@@ -74,9 +75,12 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
         seeds = trial_seeds(rng, half if twins else 2 * half)
         seeds, second = (seeds, seeds) if twins else (seeds[:half], seeds[half:])
         law = None
+        # a row's pipeline (penalties, bad words, min-tokens) reads the drafts before it: its law is fixed only
+        # for the recorded drafts, so those are kept in every trial
+        history = uses_history(step, r)
         if temp != 0.0:
             dl = step.draft_logits[d_idx[a:b - 1]] if step.draft_logits is not None and k > 0 else None
-            law = request_law(processed[a:b], drafts, temp, dl, sample_drafts)
+            law = request_law(processed[a:b], drafts, temp, dl, sample_drafts and not history)
         sampled = law is not None and law.sampled
         trial_drafts = law.draw_drafts(rng, 2 * half) if sampled else None
         groups = [Group(seeds, 0, None if trial_drafts is None else trial_drafts[:half]),
@@ -98,6 +102,9 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
         units.append(unit)
         if sampled:
             unit.notes.append("drafts drawn from the draft logits in every trial")
+        elif history and sample_drafts and law is not None and law.q is not None:
+            unit.notes.append("recorded drafts kept in every trial: the request's penalties, bad words or "
+                              "min-tokens read the drafts before each row")
         where = dict(recording=label, step=index, request=r, request_id=unit.request_id)
         refused = (routes[:counts.size] == ROUTE_CODE["refused"]) | (counts == 0)
         rerun_refused = again is not None and bool(((again.routes == ROUTE_CODE["refused"]) |
@@ -234,12 +241,18 @@ def _check_greedy(unit: UnitReport, where: dict, tokens: np.ndarray, counts: np.
 
 
 def removed_by(step: Step, r: int, j: int, token: int) -> str:
-    """Which filter removed ``token`` from row j of request r: the filters applied one by one in the
-    reference's order (temperature, min-p, top-k, top-p), the first that leaves it -inf is named."""
+    """Which rule removed ``token`` from row j of request r: a rule of the sampling pipeline (grammar mask,
+    allowed ids, bias, min-tokens, bad words: compare/ablation.py's ``forbidding_rule``), else the filters
+    applied one by one in the reference's order (temperature, min-p, top-k, top-p), the first that leaves
+    it -inf is named."""
     one = step.select([r])
     row = one.cu_num_logits.tolist()[0] + j
     if not bool(torch.isfinite(one.logits[row, token].float())):
         return "its recorded logit is -inf"
+    if one.has_pipeline:
+        rule = forbidding_rule(step, r, j, token)
+        if rule is not None:
+            return f"removed by the rule '{rule}'"
     off = dict(min_p=torch.zeros_like(one.min_p), top_k=torch.zeros_like(one.top_k), top_p=torch.ones_like(one.top_p))
     names = [("min_p", f"removed by min-p {float(one.min_p[0]):g}"), ("top_k", f"removed by top-k {int(one.top_k[0])}"),
              ("top_p", f"removed by top-p {float(one.top_p[0]):g}")]

@@ -19,8 +19,8 @@ def audit(
     paths: RecordingsArg,
     threshold: float = typer.Option(1e-6, "--threshold", metavar="P",
                                     help="p-value below which a statistical test is a finding (per test; the family of "
-                                         "10 + 5 x requests tests has a false-alarm rate of at most that many times "
-                                         "it: docs/AUDIT.md)."),
+                                         "at most 14 + 7 x requests tests has a false-alarm rate of at most that "
+                                         "many times it: docs/AUDIT.md)."),
     note: float = typer.Option(1e-3, "--note", metavar="P", help="p-value below which a test is listed as a note "
                                "(suspicious, not a finding)."),
     all_tests: bool = typer.Option(False, "--all-tests", help="Show the per-request tests in the table too."),
@@ -34,8 +34,10 @@ def audit(
 
     Checks: temperature > 0 tokens that are always the argmax (greedy-at-temperature), tokens outside
     top-k/top-p/min-p (outside-support), acceptance rates the distributions cannot produce
-    (acceptance-rate), noise reused across steps (reused-noise), greedy tokens that are not the argmax
-    and emitted tokens that contradict the verify walk (structure).
+    (acceptance-rate), noise reused across steps (reused-noise), greedy tokens that are not the argmax,
+    emitted tokens that contradict the verify walk (structure), tokens a grammar mask, allowed-ids list,
+    -inf bias, bad word or min-tokens forbids (forbidden-token, naming the rule) and penalties not applied
+    (penalty-not-applied).
 
     Exit 0 when nothing is found (notes allowed), 1 on any finding, 2 on bad input, 4 when a recording is
     not testable (no emitted token could be tested, e.g. a derived recording: no engine tokens), never
@@ -88,7 +90,7 @@ def audit(
             table.add_row(f"{t.kind} ({t.test})", t.scope, t.tail, str(t.terms), str(t.observed),
                           f"{t.expected:.1f}", format_p(t.log10_p), verdict, style=T.cell_style(verdict))
         certain = {f.kind for f in r.findings if f.log10_p == float("-inf")}
-        for kind in ("outside-support", "greedy-not-argmax", "structure"):
+        for kind in ("outside-support", "forbidden-token", "greedy-not-argmax", "structure"):
             n = sum(int(f.observed or 0) for f in r.findings if f.kind == kind)
             verdict = "FINDING" if kind in certain else ("ok" if r.testable else "not tested")
             table.add_row(kind, "all", "-", "-", str(n), "0", "0" if kind in certain else "-", verdict,

@@ -1,4 +1,4 @@
-"""`replay run`: replay recordings through an impl and compare tokens, counts and routes.
+"""`replay run`: replay recordings through an impl and compare tokens, counts, routes, logprobs and kept sets.
 
 The replay and the comparison live in :mod:`replay_harness.compare`; this module parses the options and
 prints (a table, or one JSON document with --json). torch comes in with it, inside :func:`run`.
@@ -42,10 +42,13 @@ def run(
     json_file: JsonFileOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Replay every step through --impl and compare tokens, counts and routes with --against.
+    """Replay every step through --impl and compare tokens, counts and routes with --against, and where both
+    sides return them logprobs (within 1e-4 + 1e-6|b|), top-n ids, ranks and kept sets (docs/VERIFY.md).
+    A divergence on a step with logits processors names the rule an ablation of the oracle reproduces it by.
 
     Exit 0 when everything matches (floating-point near-ties are reported but tolerated), 1 on a real
-    token divergence, a routing violation or a refused request, 2 on bad input, 3 when the impl cannot
+    token divergence, a logprob / top-n / rank / kept-set difference, a routing violation or a refused
+    request, 2 on bad input, 3 when the impl cannot
     run here, 4 (inconclusive) when nothing was wrong but stochastic tokens could not be compared
     because the RNG contracts differ: test those with `replay verify`, or pass --routes-only to accept
     a check of routes, refusals and greedy tokens alone.
@@ -167,6 +170,10 @@ def _print_summary(impl: str, against: str, paths: List[str], results: list, cod
         total.tokens_not_compared += c.tokens_not_compared
         total.stochastic_skipped += c.stochastic_skipped
         total.skipped_unrouted += c.skipped_unrouted
+        total.logprob_slots_compared += c.logprob_slots_compared
+        total.kept_sets_compared += c.kept_sets_compared
+        total.logprobs_not_compared += c.logprobs_not_compared
+        total.output_divergences += c.output_divergences
     line = f"{_VERDICT[code]}: {impl} against {against} on {device}: {total.summary(routes_only)}"
     if code == EXIT_INCONCLUSIVE:
         import shlex
@@ -261,6 +268,7 @@ def _print_table(impl: str, against: str, paths: List[str], results: list, devic
         # impl's RNG contract); matched: of those compared token for token
         also = [f"{n} {what}" for n, what in ((c.tokens_not_compared, "not compared"), (c.near_ties, "near-ties"),
                                               (len(c.violations), "violations"), (len(c.refused), "refused")) if n]
+        also += [f"{n} {kind}" for kind, n in c.outputs_by_kind().items()]
         table.add_row(label, str(c.steps), str(c.requests), str(c.tokens_compared + c.tokens_not_compared),
                       str(c.tokens_matched), ", ".join(also) or "-", result, style=tables.cell_style(result))
     out.print(table)
@@ -294,3 +302,27 @@ def _print_table(impl: str, against: str, paths: List[str], results: list, devic
                           f"emitted {d.against_token} ({d.against_route}){margin}")
             if c.near_ties:
                 out.print(f"{path}: {c.near_ties} divergent request(s) are near-ties (tolerated)")
+        _print_outputs(path, c, impl, against)
+
+
+def _side(which: str, impl: str, against: str) -> str:
+    return impl if which == "impl" else "the recording" if against == "recorded" else against
+
+
+def _print_outputs(path: str, c, impl: str, against: str) -> None:
+    """The rules the divergences break (compare/attribution.py), then the first logprob / top-n / rank / kept-set
+    difference of each kind (compare/logprobs.py)."""
+    for d in c.divergences:
+        if d.rule is not None:
+            out.print(f"{path}: {_side(d.rule_side, impl, against)}'s tokens are the oracle's with {d.rule}")
+    seen = set()
+    for d in c.output_divergences:
+        if d.kind in seen:
+            continue
+        seen.add(d.kind)
+        n = c.outputs_by_kind()[d.kind]
+        line = (f"{path}: {n} {d.kind} difference(s); first: step {d.step}, request {d.request_id} (index "
+                f"{d.request}), slot {d.position}: {impl} against {against}: {d.detail}")
+        if d.rule is not None:
+            line += f"; {_side(d.rule_side, impl, against)}'s are the oracle's with {d.rule}"
+        out.print(line)

@@ -1,4 +1,6 @@
-"""Compare what two samplers emitted for the same steps: tokens, counts, routes.
+"""Compare what two samplers emitted for the same steps: tokens, counts, routes, and where both sides return them
+logprobs, top-n ids, ranks and kept sets (:mod:`replay_harness.compare.logprobs`). A real token divergence on a
+step with the sampling pipeline is attributed to a rule (:mod:`replay_harness.compare.attribution`).
 
 Pure functions returning dataclasses; printing lives in :mod:`replay_harness.cli.run`.
 """
@@ -9,6 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from replay_harness.compare.attribution import MAX_ATTRIBUTED, attribute_outputs, attribute_tokens
+from replay_harness.compare.logprobs import KINDS, OutputCounts, OutputDivergence, compare_outputs
 from replay_harness.oracle.near_tie import is_near_tie
 from replay_harness.recording.step import SampleResult, Step, route_name
 
@@ -25,6 +29,8 @@ class Divergence:
     against_route: str
     near_tie: bool
     margin: float | None  # decision margin under the reference (nats)
+    rule: str | None = None       # the ablation of the pipeline that reproduces a side's tokens (attribution.py)
+    rule_side: str | None = None  # whose tokens it reproduces: "impl" or "against"
 
 
 @dataclass
@@ -56,6 +62,12 @@ class Comparison:
     against_violations: list[Violation] = field(default_factory=list)  # the other side (e.g. the engine)
     refused: list[tuple[int, int]] = field(default_factory=list)       # (step, request_id)
     notes: list[str] = field(default_factory=list)
+    logprob_slots_compared: int = 0   # emitted slots whose logprobs, top-n ids and ranks were compared
+    kept_sets_compared: int = 0       # emitted slots whose kept sets were compared
+    logprobs_not_compared: int = 0    # slots that asked for logprobs where a side returned none
+    output_divergences: list[OutputDivergence] = field(default_factory=list)  # logprob / top-n / rank / kept-set
+    attributed: int = 0               # requests whose token divergence went through the ablations (MAX_ATTRIBUTED)
+    attributed_outputs: int = 0       # requests whose logprob / kept-set difference did (MAX_ATTRIBUTED)
 
     @property
     def real_divergences(self) -> list[Divergence]:
@@ -65,6 +77,11 @@ class Comparison:
     def near_ties(self) -> int:
         return sum(d.near_tie for d in self.divergences)
 
+    def outputs_by_kind(self) -> dict[str, int]:
+        """Logprob, top-n, rank and kept-set differences, counted by kind (compare/logprobs.py KINDS)."""
+        found = Counter(d.kind for d in self.output_divergences)
+        return {kind: found[kind] for kind in KINDS if found[kind]}
+
     def violations_by_kind(self, which: str = "impl") -> dict[str, int]:
         items = self.violations if which == "impl" else self.against_violations
         return dict(sorted(Counter(v.kind for v in items).items()))
@@ -73,7 +90,8 @@ class Comparison:
     def ok(self) -> bool:
         """Nothing wrong was seen (divergences, violations, refusals). Not a pass by itself: see
         :meth:`verdict` (a run that could not compare a stochastic token is inconclusive)."""
-        return not (self.real_divergences or self.violations or self.against_violations or self.refused)
+        return not (self.real_divergences or self.violations or self.against_violations or self.refused
+                    or self.output_divergences)
 
     @property
     def inconclusive(self) -> bool:
@@ -96,6 +114,12 @@ class Comparison:
                      f"not compared (RNG contracts differ{': routes only, as asked' if routes_only else ''})")
         if routes_only and self.skipped_unrouted:
             text += f"; {self.skipped_unrouted} of those request-step(s) came without a route: nothing was checked"
+        if self.logprob_slots_compared or self.kept_sets_compared:
+            differ = sum(self.outputs_by_kind().values())
+            text += (f"; {self.logprob_slots_compared} logprob slot(s) and {self.kept_sets_compared} kept set(s) "
+                     f"compared, {differ} difference(s)")
+        if self.logprobs_not_compared:
+            text += f"; {self.logprobs_not_compared} logprob slot(s) not compared (a side returned none)"
         return text
 
     def merge(self, later: "Comparison") -> "Comparison":
@@ -123,6 +147,11 @@ class Comparison:
             "against_routing_violations": self.violations_by_kind("against"),
             "refused": [{"step": s, "request_id": r} for s, r in self.refused[:50]],
             "refused_count": len(self.refused), "notes": self.notes,
+            "attributed_divergences": [asdict(d) for d in self.divergences if d.rule is not None][:20],
+            "logprob_slots_compared": self.logprob_slots_compared, "kept_sets_compared": self.kept_sets_compared,
+            "logprobs_not_compared": self.logprobs_not_compared,
+            "output_differences": self.outputs_by_kind(),
+            "output_difference_slots": [asdict(d) for d in self.output_divergences[:20]],
         }
 
 
@@ -144,17 +173,21 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
     width = max(a.tokens.shape[1], b.tokens.shape[1])
     ta = torch.nn.functional.pad(a.tokens.long(), (0, width - a.tokens.shape[1]), value=-1)
     tb = torch.nn.functional.pad(b.tokens.long(), (0, width - b.tokens.shape[1]), value=-1)
+    counted = OutputCounts()
     for r in range(step.num_requests):
         rid = int(step.request_ids[r])
+        ca, cb = int(a.counts[r]), int(b.counts[r])
+        n = max(ca, cb)
+        same = ta[r, :n] == tb[r, :n]
+        agree = n if bool(same.all()) else int(torch.nonzero(~same)[0])
+        _outputs(cmp, step_index, step, a, b, r, min(agree, ca, cb), min(ca, cb), counted)
         if routes_a[r] == "refused":
             cmp.refused.append((step_index, rid))
         if not exact_stochastic and float(step.temperature[r]) != 0.0:
             cmp.stochastic_skipped += 1
-            cmp.tokens_not_compared += max(int(a.counts[r]), int(b.counts[r]), 1)
+            cmp.tokens_not_compared += max(ca, cb, 1)
             cmp.skipped_unrouted += routes_a[r] == "unknown"
             continue
-        n = max(int(a.counts[r]), int(b.counts[r]))
-        same = ta[r, :n] == tb[r, :n]
         cmp.tokens_compared += n
         cmp.tokens_matched += int(same.sum())
         if bool(same.all()) and (routes_a[r] == routes_b[r] or "unknown" in (routes_a[r], routes_b[r])):
@@ -164,18 +197,50 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
             cmp.divergences.append(Divergence(step_index, r, rid, None, None, None, routes_a[r], routes_b[r],
                                               False, None))
             continue
-        pos = int(torch.nonzero(~same)[0])
+        pos = agree
         near, margin = False, None
         if routes_a[r] == routes_b[r] and routes_a[r] != "refused":
             near, margin = is_near_tie(step, r, pos)
-        cmp.divergences.append(Divergence(step_index, r, rid, pos, int(ta[r, pos]), int(tb[r, pos]),
-                                          routes_a[r], routes_b[r], near, margin))
+        d = Divergence(step_index, r, rid, pos, int(ta[r, pos]), int(tb[r, pos]), routes_a[r], routes_b[r], near,
+                       margin)
+        cmp.divergences.append(d)
+        if not near and step.has_pipeline and cmp.attributed < MAX_ATTRIBUTED:
+            cmp.attributed += 1
+            for side, tokens, c in (("impl", ta, ca), ("against", tb, cb)):
+                found = attribute_tokens(step, r, tokens[r, :c].tolist()) if c else None
+                if found is not None:
+                    d.rule, d.rule_side = found.message(rid, step_index), side
+                    break
+    cmp.logprob_slots_compared += counted.logprob_slots
+    cmp.kept_sets_compared += counted.kept_slots
+    if counted.logprobs_missing:
+        cmp.logprobs_not_compared += counted.logprobs_missing
+        note = "logprobs not compared where the step asks for them: a side returned none"
+        if note not in cmp.notes:
+            cmp.notes.append(note)
+
+
+def _outputs(cmp: Comparison, step_index: int, step: Step, a: SampleResult, b: SampleResult, r: int, slots: int,
+             rows: int, counted: OutputCounts) -> None:
+    """Request r's logprob / top-n / rank / kept-set differences into ``cmp``; on a step with the pipeline the
+    first is attributed to a rule (no RNG involved: compare/attribution.py), within MAX_ATTRIBUTED requests."""
+    found = compare_outputs(step_index, step, a, b, r, slots, rows, counted)
+    if found and step.has_pipeline and cmp.attributed_outputs < MAX_ATTRIBUTED:
+        cmp.attributed_outputs += 1
+        for side, x, count in (("impl", a, int(a.counts[r])), ("against", b, int(b.counts[r]))):
+            fit = attribute_outputs(step, r, x, count)
+            if fit is not None:
+                found[0].rule, found[0].rule_side = fit.message(int(step.request_ids[r]), step_index), side
+                break
+    cmp.output_divergences.extend(found)
 
 
 def recorded_result(emitted) -> SampleResult:
     """The engine's recorded answer as a SampleResult (routes unknown when not recorded)."""
     routes = emitted.routes if emitted.routes is not None else torch.full_like(emitted.counts, -1, dtype=torch.int8)
-    return SampleResult(tokens=emitted.tokens.long(), counts=emitted.counts, routes=routes.to(torch.int8))
+    return SampleResult(tokens=emitted.tokens.long(), counts=emitted.counts, routes=routes.to(torch.int8),
+                        logprobs=emitted.logprobs, logprob_ids=emitted.logprob_ids,
+                        logprob_ranks=emitted.logprob_ranks, kept_mask=emitted.kept_mask)
 
 
 __all__ = ["Comparison", "Divergence", "Violation", "compare_step", "recorded_result", "route_name"]

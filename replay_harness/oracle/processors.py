@@ -60,6 +60,8 @@ def apply_grammar(logits: torch.Tensor, step: Step) -> None:
     if step.grammar_bitmask is None:
         return
     rows = torch.nonzero(grammar_rows(step)).flatten()
+    if rows.numel() == 0:  # a step (or a selection of one) whose requests all have has_grammar 0
+        return
     for chunk in rows.split(max(1, (64 << 20) // max(step.vocab_size, 1))):
         allowed = grammar_allowed(step.grammar_bitmask[chunk].cpu(), step.vocab_size).to(logits.device)
         logits[chunk.to(logits.device)] = logits[chunk.to(logits.device)].masked_fill(~allowed, NEG_INF)
