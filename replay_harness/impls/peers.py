@@ -6,13 +6,12 @@ peers folder (a ``gpu_env.py`` that loads them: ``.peers``, or the folder named 
 ``REPLAY_PEERS``); a peer that cannot be loaded makes ``--impl NAME`` exit 3 with the
 reason and how to install it.
 
-* ``vllm-mrv2`` (``rng_contract = "mrv2"``, compared token for token): plain steps
-  without filters go to ``gumbel_sample`` on the raw logits (temperature in-kernel,
-  as MRV2 samples); every other step gets its target rows processed by the oracle's
-  ``apply_sampling_params`` (vLLM applies its own temperature / top-k / top-p pass
-  before the sampler; those files are not part of the peer kit) and goes to
-  ``rejection_sample``, which handles greedy and stochastic requests, ragged k and
-  -1 placeholders itself.
+* ``vllm-mrv2`` (``rng_contract = "mrv2"``, compared token for token): vLLM's own sampling pipeline on the step
+  (impls/vllm_pipeline.py: the grammar mask, its logits processors on the engine state built from the step's
+  histories, temperature, min-p, top-k / top-p), then its sampler: ``gumbel_sample`` when the step has no
+  drafts, else ``rejection_sample``, which handles greedy and stochastic requests, ragged k and -1
+  placeholders itself; then its ``compute_topk_scores`` for the requests that ask logprobs. ``prepare`` builds
+  the engine state; ``launch`` runs the pipeline, the sampler and the logprobs.
 * ``flashinfer`` (``rng_contract = "flashinfer-philox"``: one Philox stream per launch,
   so compared statistically by ``replay verify`` and timed by ``replay bench``, never
   token for token): greedy requests take the processed argmax walk at prepare time (no
@@ -29,7 +28,7 @@ from __future__ import annotations
 import os
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,9 +39,10 @@ import triton.language as tl
 
 from replay_harness.errors import EnvironmentProblem
 from replay_harness.impls.contract import LaunchSampler
+from replay_harness.impls.vllm_pipeline import EngineState, engine_state, logprob_result, process, topk_scores
 from replay_harness.oracle.sampling_params import apply_sampling_params, needs_processing
 from replay_harness.oracle.walk import verify_request
-from replay_harness.recording.step import ROUTE_CODE, Step, expected_route
+from replay_harness.recording.step import ROUTE_CODE, SampleResult, Step, expected_route
 from replay_kernels.shared.interpret import interpreting
 
 PEERS_ENV = "REPLAY_PEERS"
@@ -137,23 +137,28 @@ def vllm_layout(step: Step) -> dict[str, torch.Tensor]:
 
 @dataclass
 class VllmState:
-    """What ``VllmMrv2Sampler.launch`` needs: the target rows (raw logits when no request needs processing,
-    else the oracle's processed fp32 rows, computed at prepare time), vLLM's index arguments, the draft
-    logits in vLLM's [R, k_max, V] layout, the output width and the routes [R] int8 (host)."""
+    """What ``VllmMrv2Sampler.launch`` needs: the raw target rows (the step's own logits, or a copy of them when
+    the grammar mask will be written into them), vLLM's index arguments and engine state
+    (impls/vllm_pipeline.py), the draft logits in vLLM's [R, k_max, V] layout, whether the step has no drafts
+    (vLLM's plain Sampler: ``gumbel_sample``), the output width, the routes [R] int8 (host), and what the last
+    launch computed for the logprobs (vLLM's LogprobsTensors, one a logprobs_mode group)."""
 
     step: Step
-    target: torch.Tensor
+    raw: torch.Tensor
     layout: dict[str, torch.Tensor]
+    engine: EngineState
     draft_logits: torch.Tensor | None
     plain: bool
     width: int
     routes: torch.Tensor
+    scores: list[Any] = field(default_factory=list)
 
 
 class VllmMrv2Sampler(LaunchSampler):
     name = "vllm-mrv2"
-    description = "peer: vLLM Model Runner V2 gumbel_sample / rejection_sample (mrv2 contract, token for token)"
+    description = "peer: vLLM Model Runner V2's processors, gumbel_sample / rejection_sample, logprobs (mrv2 contract)"
     rng_contract = "mrv2"
+    keeps_inputs = True  # the grammar mask goes into a copy; every other write lands in vLLM's own buffers
 
     def __init__(self):
         self.gumbel_sample, self.rejection_sample = load_vllm()
@@ -171,32 +176,51 @@ class VllmMrv2Sampler(LaunchSampler):
         return out
 
     def prepare(self, step: Step) -> VllmState:
-        """Host work: index maps, draft layout; the processed target rows only when some request needs
-        processing (vLLM runs that pass before its sampler; it is not part of the timed launch)."""
-        host = Step(**{f: (v.cpu() if isinstance(v, torch.Tensor) and f not in ("logits", "draft_logits") else v)
+        """Host work: index maps, vLLM's engine state from the step's histories (its bincount included: vLLM runs
+        it when a request is added), the draft layout. The pipeline itself runs in ``launch``."""
+        keep = ("logits", "draft_logits", "grammar_bitmask")
+        host = Step(**{f: (v.cpu() if isinstance(v, torch.Tensor) and f not in keep else v)
                        for f, v in vars(step).items()})
-        processing = bool(needs_processing(host).any())
-        plain = step.max_drafts == 0 and not processing
-        target = step.logits if (plain or (not processing and step.logits.dtype == torch.float32)) \
-            else apply_sampling_params(step)
         lay = vllm_layout(step)
-        return VllmState(step=step, target=target.contiguous(), layout=lay, plain=plain,
+        engine = engine_state(host, step, lay)
+        raw = step.logits if engine.grammar is None else step.logits.clone()
+        if interpreting() and raw.dtype != torch.float32:
+            # Triton's interpreter loads masked bf16 / fp16 lanes with a wrong `other` (vLLM's rank kernel counted
+            # its padding): its kernels read float32 copies there, the same values. A GPU reads the raw dtype.
+            raw = raw.float()
+        plain = step.max_drafts == 0
+        return VllmState(step=step, raw=raw.contiguous(), layout=lay, engine=engine, plain=plain,
                          draft_logits=None if plain else self._draft_logits(step, lay, max(step.max_drafts, 1)),
                          width=step.max_drafts + 1, routes=_routes(host))
 
     def launch(self, s: VllmState) -> tuple[torch.Tensor, torch.Tensor]:
-        """Device work only: one vLLM kernel call, then -1 padding past each request's count."""
-        step, lay, r = s.step, s.layout, s.step.num_requests
-        if s.plain:
-            tokens = self.gumbel_sample(s.target, lay["exp_idx"], step.temperature.float(), step.seed,
-                                        step.positions, True, False)
-            return tokens.long().view(r, 1), torch.ones(r, dtype=torch.int32, device=tokens.device)
-        sampled, num = self.rejection_sample(
-            s.target, s.draft_logits, lay["draft_sampled"], step.cu_num_logits.to(torch.int32), step.positions,
-            lay["idx"], lay["exp_idx"], lay["local"], step.temperature.float(), step.seed, max(step.max_drafts, 1))
+        """Device work only: vLLM's pipeline (grammar mask, processors, temperature, min-p, top-k / top-p), its
+        sampler (``gumbel_sample`` without drafts, else ``rejection_sample``), its logprobs; -1 past each count."""
+        step, lay, r, e = s.step, s.layout, s.step.num_requests, s.engine
+        temperature = step.temperature.float()
+        target = process(s.raw, e, lay, temperature)
+        if s.plain:  # vLLM's Sampler: the processed rows carry the temperature already
+            tokens = self.gumbel_sample(target, lay["exp_idx"], temperature, step.seed, step.positions,
+                                        not e.processing, False)
+            sampled, num = tokens.long().view(r, 1), torch.ones(r, dtype=torch.int32, device=tokens.device)
+        else:
+            sampled, num = self.rejection_sample(
+                target.contiguous(), s.draft_logits, e.input_ids, step.cu_num_logits.to(torch.int32),
+                step.positions, lay["idx"], lay["exp_idx"], lay["local"], temperature, step.seed,
+                max(step.max_drafts, 1))
+        if e.logprob_groups:
+            s.scores = topk_scores(s.raw, target, sampled, num, e, lay)
         sampled = sampled[:, :s.width].long()
         keep = torch.arange(s.width, device=sampled.device)[None, :] < num[:, None].long()
         return torch.where(keep, sampled, torch.full_like(sampled, -1)), num.to(torch.int32)
+
+    def result(self, state: VllmState, tokens: torch.Tensor, counts: torch.Tensor) -> SampleResult:
+        out = super().result(state, tokens, counts)
+        if state.engine.logprob_groups:
+            for name, value in logprob_result(state.step, state.engine, state.scores, out.tokens,
+                                              out.counts).items():
+                setattr(out, name, value)
+        return out
 
 
 @dataclass
