@@ -171,13 +171,13 @@ def test_top_level_help_gives_every_command_a_whole_one_line_summary():
     lines = out.split("Commands:")[1].strip().splitlines()
     names = [ln.split()[0] for ln in lines]
     assert names == ["run", "inspect", "validate", "impls", "record", "bench", "synth", "verify", "audit",
-                     "conformance", "completion"]
+                     "conformance", "diff", "completion"]
     assert all(not ln.rstrip().endswith("...") for ln in lines), lines   # click cuts at ~45 chars
     assert "Exit codes: 0 ok" in out and "4 inconclusive" in out
 
 
 @pytest.mark.parametrize("command", ["run", "inspect", "validate", "impls", "record", "bench", "synth", "verify",
-                                     "audit", "conformance", "completion"])
+                                     "audit", "conformance", "diff", "completion"])
 def test_every_command_help_has_an_example(command):
     code, out, _ = cli(command, "--help")
     assert code == 0 and "Example: replay " + command in " ".join(out.split())

@@ -165,7 +165,7 @@ def test_an_error_after_the_check_replaces_the_json_file_and_none_is_written_bef
     target.write_text("an earlier run's document")
     code, _, err = replay("run", str(rec), "--impl", "nope", "--json-file", str(target))
     doc = json.loads(target.read_text())
-    assert code == 2 == doc["exit_code"] and doc["error"].startswith("error: unknown impl 'nope'"), err
+    assert code == 2 == doc["exit_code"] and doc["error"].startswith("unknown impl 'nope'") and doc["kind"] == "error", err
     code, _, err = replay("run", str(rec), "--json-file", str(rec / "x.json"), "--no-such-option")
     assert code == 2 and "No such option" in err and not (rec / "x.json").exists()  # never into an input
 

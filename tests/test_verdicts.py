@@ -198,8 +198,8 @@ def test_verify_takes_a_folder_and_its_progress_has_a_total(tree):
 
 def test_errors_are_json_on_stdout_under_json(tmp_path):
     code, out, err = cli("validate", str(tmp_path / "missing"), "--json")
-    assert code == 2 and json.loads(out) == {"error": f"error: {tmp_path / 'missing'}: no such file or directory",
-                                             "exit_code": 2, "schema": "replay.error/1"}
+    assert code == 2 and json.loads(out) == {"error": f"{tmp_path / 'missing'}: no such file or directory",
+                                             "kind": "error", "exit_code": 2, "schema": "replay.error/1"}
     assert "replay: error:" in err
     code, out, _ = cli("inspect", str(tmp_path / "missing"))
     assert code == 2 and out == ""

@@ -31,7 +31,8 @@ import torch
 from replay_harness.bench.coverage import SideCoverage, Verdict, count_kernels, judge, merge_coverage
 from replay_harness.bench.environment import environment
 from replay_harness.bench.overrides import Overrides, apply_overrides
-from replay_harness.bench.timing import bootstrap_ratio, flush_l2, l2_bytes, quantiles, rotation_count, time_calls
+from replay_harness.bench.timing import (bootstrap_ratio, flush_l2, l2_bytes, noisy_sides, quantiles, rotation_count,
+                                         time_calls)
 from replay_harness.impls.contract import Sampler, as_sampler, placement
 from replay_harness.impls.external import sample_at
 from replay_harness.recording.step import ROUTES, SampleResult, Step
@@ -382,6 +383,7 @@ def finish_bench(parts: list[StepPart], sides: list[Side], device: torch.device,
     same_inputs = len(sides) == 2 and sides[0].impl_name == sides[1].impl_name and all(p.same_inputs for p in parts)
     ratio = compute_ratio(measurements, sides, resamples, confidence) if len(sides) == 2 else None
     verdict = judge(sides, coverage, measurements, expect_routes, device, same_inputs=same_inputs)
+    verdict.noisy = noisy_sides(measurements, sides)
     l2 = l2_bytes(device)
     settings = {"repeats": repeats, "warmup": warmup, "warm_l2": warm_l2, "split_routes": split_routes,
                 "expect_routes": [f"{k}:{r}" if k else r for k, r in expect_routes],

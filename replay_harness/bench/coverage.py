@@ -47,12 +47,24 @@ class SideCoverage:
 
 @dataclass
 class Verdict:
+    """``conclusive``: the path under test ran (the coverage guard found no reason against it); ``noisy``: why
+    the timings are too spread out to be a precise result (:func:`replay_harness.bench.timing.noisy_sides`),
+    empty when steady. A run is called "conclusive" only when it is both (:attr:`label`)."""
+
     conclusive: bool
     reasons: list[str]  # why not conclusive (empty when conclusive)
     notes: list[str]
+    noisy: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """"inconclusive" (the path under test did not run), "noisy" (it ran; the times are too spread out)
+        or "conclusive"."""
+        return "inconclusive" if not self.conclusive else "noisy" if self.noisy else "conclusive"
 
     def to_dict(self) -> dict:
-        return {"conclusive": self.conclusive, "reasons": self.reasons, "notes": self.notes}
+        return {"conclusive": self.conclusive, "reasons": self.reasons, "notes": self.notes,
+                "timing": "noisy" if self.noisy else "steady", "noisy": self.noisy, "verdict": self.label}
 
 
 

@@ -65,7 +65,7 @@ def csv_rows(result) -> list[dict]:
     (:func:`write_csv`) holds one row per statistic of each."""
     sides = {s.key: s for s in result.sides}
     env = result.env
-    verdict = "conclusive" if result.verdict.conclusive else "inconclusive"
+    verdict = result.verdict.label
     rows = []
     for m in result.measurements:
         s = sides[m.side]
@@ -264,8 +264,13 @@ def print_tables(result, console, exit_code: int, T) -> None:
             console.print(f"ratio A/B = {r.point:.4g} [{r.lo:.4g}, {r.hi:.4g}] is NOT a result: see below")
     for note in v.notes:
         console.print(f"note: {note}")
-    if v.conclusive:
-        console.print("verdict: conclusive (the path under test ran; see coverage)")
+    if v.conclusive and not v.noisy:
+        console.print("verdict: conclusive (the path under test ran, see coverage; the timings are steady)")
+    elif v.conclusive:
+        console.print("verdict: NOISY (the path under test ran, see coverage; the timings are too spread out to be "
+                      "a precise result):")
+        for line in v.noisy:
+            console.print(f"  - {line}")
     else:
         console.print(f"verdict: INCONCLUSIVE (exit {exit_code}) — this is not 'no difference':")
         for reason in v.reasons:

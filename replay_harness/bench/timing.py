@@ -13,7 +13,8 @@ Two ways of timing a zero-argument callable ``fn`` (device work only, no host sy
   ``graph`` (:func:`time_graph`: G launches captured in one CUDA graph, replays timed, divided by G; ``cold``:
   the L2 evicted before each launch, tools/ab_kernels.py ``--cold``).
 
-Statistics: :func:`quantiles` (median, p20, p80 of µs values), :func:`bootstrap_ratio` (A/B ratio CI).
+Statistics: :func:`quantiles` (median, p20, p80 of µs values), :func:`bootstrap_ratio` (A/B ratio CI),
+:func:`noisy_sides` (timings too spread out to be a result: docs/BENCH.md, "Noisy timings").
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ ROTATION_CAP_BYTES = 4 << 30
 DEFAULT_L2_BYTES = 50 << 20  # used when torch does not report the L2 size
 SLEEP_CLOCK_HZ = 2.0e9  # cycles per second assumed for torch.cuda._sleep (too long a sleep is harmless)
 MAX_SLEEP_S = 0.5
+NOISY_SPREAD = 0.5  # a side whose typical within-step spread (p80 - p20) exceeds this fraction of its median
 
 Call = Callable[[], Any]
 
@@ -65,6 +67,27 @@ def bootstrap_ratio(pairs: list[tuple[list[float], list[float]]], resamples: int
 
 
 # -- the L2 policy -----------------------------------------------------------------------------------------
+
+
+def noisy_sides(measurements: list, sides: list) -> list[str]:
+    """One line per side whose timings are too spread out to be a result: over its (sub-)steps timed at least
+    twice, the median of (p80 - p20) / median exceeds :data:`NOISY_SPREAD` (a busy machine, a CPU under the
+    Triton interpreter, calls that vary); [] when every side is steady. ``measurements``: the bench's
+    ``Measurement`` (``side``, ``times_us``); ``sides``: its ``Side`` (``key``, ``label``)."""
+    lines = []
+    for side in sides:
+        spreads = []
+        for m in measurements:
+            if m.side == side.key and len(m.times_us) >= 2:
+                med, p20, p80 = quantiles(m.times_us)
+                if med > 0:
+                    spreads.append((p80 - p20) / med)
+        if spreads and float(np.median(spreads)) > NOISY_SPREAD:
+            lines.append(f"{side.label}: the timed calls of a step spread over {float(np.median(spreads)):.2g}x their "
+                         f"median (p80 - p20, typical of {len(spreads)} step(s); steady is below {NOISY_SPREAD:g}x): "
+                         "the times are not a precise result (a busy machine or the CPU); rerun on a quiet GPU or "
+                         "with more --repeats")
+    return lines
 
 
 def l2_bytes(device: torch.device) -> int:

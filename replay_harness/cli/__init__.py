@@ -19,12 +19,13 @@ import warnings
 
 import typer
 
-from replay_harness.cli import (audit, bench, completion, conformance, impls, inspect, record, run, synth, validate,
-                                verify)
-from replay_harness.cli.common import CHECKED_JSON_FILE, Command, err, write_json_file
+from replay_harness.cli import (audit, bench, completion, conformance, diff, impls, inspect, record, run, synth,
+                                validate, verify)
+from replay_harness.cli.command import Command, Group
+from replay_harness.cli.common import CHECKED_JSON_FILE, err, write_json_file
 from replay_harness.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_OK, ReplayError, printable
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits -h
                   help="Record LLM decode steps and replay them through swappable sampler implementations; "
                        "compare tokens, routing and timing. `replay CMD --help` explains a command, with an "
@@ -43,6 +44,7 @@ COMMANDS = (
     (verify.verify, "Test that an impl samples the right distribution."),
     (audit.audit, "Judge a recording's emitted tokens without replaying it."),
     (conformance.conformance, "Check an impl against the conformance vectors."),
+    (diff.diff, "Where two recordings of the same prompts part, and why."),
     (completion.completion, "Print the completion script for bash, zsh, fish or powershell."),
 )
 for command, short_help in COMMANDS:
@@ -146,16 +148,17 @@ def _quiet_warnings() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"(triton|numpy)(\.|$)")
 
 
-def _fail(line: str, code: int) -> None:
-    """Print the one error line on stderr (and, when the command line has --json, one JSON document
-    ``{"error": ..., "exit_code": ...}`` on stdout; once --json-file PATH passed its check, that document in
-    PATH too, so no earlier run's document is left there), then exit with ``code``."""
+def _fail(kind: str, message: str, code: int) -> None:
+    """Print the one error line ``replay: KIND: MESSAGE`` on stderr (and, when the command line has --json, one
+    JSON document ``{"error": MESSAGE, "kind": KIND, "exit_code": ...}`` on stdout: the message once, without
+    the line's prefix; once --json-file PATH passed its check, that document in PATH too, so no earlier run's
+    document is left there), then exit with ``code``. KIND: "error", "usage error" or "internal error"."""
     import json
 
     if _SIGNALLED.is_set() and code != 130:  # the error is the interrupt's doing (a program it killed)
         _interrupted()
-    err.print(printable(line))  # one line: a newline or escape sequence from a path or a file is escaped
-    doc = json.dumps({"schema": "replay.error/1", "error": line.removeprefix("replay: "), "exit_code": code},
+    err.print(printable(f"replay: {kind}: {message}"))  # one line: a newline or escape from a path is escaped
+    doc = json.dumps({"schema": "replay.error/1", "error": message, "kind": kind, "exit_code": code},
                      sort_keys=True)
     if "--json" in sys.argv[1:]:
         print(doc)
@@ -224,7 +227,7 @@ def main() -> None:
             _interrupted()
         sys.exit(rc if isinstance(rc, int) else 0)
     except ReplayError as e:
-        _fail(f"replay: error: {e}", e.exit_code)
+        _fail("error", str(e), e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except OSError as e:  # a path the user named: a file where a folder belongs (--out), no permission, ...
@@ -235,7 +238,7 @@ def main() -> None:
         hint = " (a file where a folder is expected)" if e.errno == errno.ENOTDIR else ""
         bad_path = e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EACCES,
                                errno.EPERM, errno.ENAMETOOLONG, errno.EROFS)
-        _fail(f"replay: error: {where}{e.strerror or e}{hint}", EXIT_BAD_INPUT if bad_path else EXIT_ENVIRONMENT)
+        _fail("error", f"{where}{e.strerror or e}{hint}", EXIT_BAD_INPUT if bad_path else EXIT_ENVIRONMENT)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()
     except Exception as e:  # click usage errors (typer may vendor click: match by shape) and the unexpected
@@ -244,10 +247,10 @@ def main() -> None:
             sys.exit(EXIT_OK)
         if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
             kind = "usage error" if e.exit_code == 2 else "error"
-            _fail(f"replay: {kind}: {e.format_message()}", e.exit_code)
+            _fail(kind, e.format_message(), e.exit_code)
         if os.environ.get("REPLAY_DEBUG"):
             raise
-        _fail(f"replay: internal error: {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for a traceback)", 3)
+        _fail("internal error", f"{type(e).__name__}: {e} (set REPLAY_DEBUG=1 for a traceback)", 3)
 
 
 def entry() -> None:

@@ -13,7 +13,7 @@ import typer
 from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, NanOpt, QuietOpt, check_json_file,
                                        check_output_file, device_opt, err, impl_arg_opt, impl_opt, out, progress,
                                        set_impl_timeout, temperatures, warn_recording, write_json_file)
-from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, UsageError
+from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
 
 ImplOpt = impl_opt("Impl A (`replay impls` lists them).", optional=True)
 ImplArgOpt = impl_arg_opt("(exec:...); repeatable.")
@@ -90,19 +90,42 @@ def bench(
                                             help="Only render --png from a CSV that `replay bench --csv` wrote."),
     resamples: int = typer.Option(2000, "--resamples", metavar="N", help="Bootstrap resamples of the A/B ratio CI."),
     impl_timeout: ImplTimeoutOpt = None,
+    save_baseline: Optional[str] = typer.Option(None, "--save-baseline", metavar="PATH",
+                                                help="Write this run's median per case (side, recording, step) to "
+                                                     "PATH, a baseline for --compare-baseline (docs/BENCH.md)."),
+    compare_baseline: Optional[str] = typer.Option(None, "--compare-baseline", metavar="PATH",
+                                                   help="Compare each case's median with the baseline at PATH "
+                                                        "(this run / baseline); read before any work."),
+    fail_above: Optional[float] = typer.Option(None, "--fail-above", metavar="RATIO",
+                                               help="With --compare-baseline: exit 1 naming every case whose "
+                                                    "ratio exceeds RATIO (1.10: 10% slower), as "
+                                                    "pytest-benchmark's --benchmark-compare-fail."),
 ) -> None:
     """Time impls on recorded steps (A vs B interleaved), and prove the code under test ran.
 
-    Exit 0: conclusive; 4: INCONCLUSIVE (the path under test never ran: no stochastic route, an
-    --expect-route not taken, every request refused, or A and B identical), never reported as
-    'no difference'; 2: bad input or usage; 3: environment. Routing violations are reported, not failed.
+    Exit 0: the path under test ran (verdict conclusive, or NOISY when the calls of a step spread over
+    more than half their median: the times are then not precise); 4: INCONCLUSIVE (the path under test
+    never ran: no stochastic route, an --expect-route not taken, every request refused, or A and B
+    identical), never reported as 'no difference'; 2: bad input or usage; 3: environment. Routing
+    violations are reported, not failed. With --compare-baseline FILE --fail-above RATIO: 1 when a case
+    regressed past RATIO (each named), 4 when the timings are noisy or no case matches the baseline.
 
     Example: replay bench fixtures/real-founding --impl greedy-only --vs stochastic
+
+    Example: replay bench REC --impl stochastic --compare-baseline main.json --fail-above 1.10
     """
     inputs = [*(paths or []), plot_from]  # never written over: the recordings, the CSV
     check_json_file(json_file, inputs)
     check_output_file(csv_file, inputs, "--csv")
     check_output_file(png, inputs, "--png")
+    check_output_file(save_baseline, inputs, "--save-baseline")
+    if fail_above is not None and not compare_baseline:
+        raise UsageError("--fail-above needs --compare-baseline FILE")
+    if fail_above is not None and not fail_above > 0:
+        raise UsageError(f"--fail-above {fail_above:g}: must be a ratio > 0 (1.10: fail a case 10% slower)")
+    from replay_harness.bench import baseline as baselines
+
+    base_doc = baselines.read_baseline(compare_baseline) if compare_baseline else None
     if plot_from:
         if not png:
             raise UsageError("--plot-from needs --png OUT.png")
@@ -168,8 +191,9 @@ def bench(
     quiet = quiet or distributed.launched()  # under torchrun: rank 0 reports, nobody shows progress
     total = sum(len(r) for r in recs)
     done = [0]
-    # a terminal: one line per step; else a line every REPLAY_PROGRESS_EVERY s; never a live bar (its
-    # refresh thread would share the CPU with the timed calls)
+    # a terminal: one line per step; else a line at least every REPLAY_PROGRESS_EVERY s (a heartbeat thread
+    # that sleeps in between, so it takes no CPU from the timed calls); never a live bar (its refresh thread
+    # would share the CPU with the timed calls)
     ticker = nullcontext() if quiet or err.is_terminal else progress("replay bench", total)
 
     def on_step(text: str) -> None:
@@ -179,30 +203,56 @@ def bench(
         if err.is_terminal:
             err.print(f"[{done[0]}/{total}] {text}")
         else:
-            lines.advance(0)
+            lines.describe(f"timing {text}")
+            lines.update(0, advance=1 if done[0] > 1 else 0)  # the step before this one is done
+
+    def opened(on) -> list:
+        if lines is not None:
+            lines.describe("loading " + " and ".join(dict.fromkeys(names)))
+        sides = open_sides(on)
+        if lines is not None:
+            lines.describe("the first step: coverage pass and warm-up (kernels compile)")
+        return sides
 
     with ticker as lines:
         if lines is not None:
             lines.add_task("steps", total=total)
-        result = bench_units(recs, open_sides, dev, repeats=repeats, warmup=warmup, warm_l2=warm_l2,
+        result = bench_units(recs, opened, dev, repeats=repeats, warmup=warmup, warm_l2=warm_l2,
                              split_routes=split_routes, expect_routes=expect, resamples=resamples,
                              on_step=on_step)
+        if lines is not None and done[0]:
+            lines.update(0, advance=1)  # the last step is done (the line comes as the block ends)
     if result is None:  # under torchrun, not rank 0: rank 0 reports for all
         raise typer.Exit(EXIT_OK)
     for rec in recs:  # not closed cleanly, or a digest that does not match: one warning line each
         warn_recording(rec)
     code = EXIT_OK if result.verdict.conclusive else EXIT_INCONCLUSIVE
+    compared = None
+    if base_doc is not None:
+        compared = baselines.compare_baseline(result, base_doc, compare_baseline, fail_above)
+        if code == EXIT_OK and (not compared.cases or (fail_above is not None and result.verdict.noisy)):
+            code = EXIT_INCONCLUSIVE  # nothing to compare, or times too spread out to pass or fail a case
+        elif code == EXIT_OK and compared.regressed:
+            code = EXIT_MISMATCH
     doc = to_json(result, code)
+    if compared is not None:
+        doc["baseline"] = compared.to_dict()
     write_json_file(json_file, dumps(doc))
     rows = csv_rows(result)
     if csv_file:
         write_csv(csv_file, rows)
+    if save_baseline:
+        write_json_file(save_baseline, dumps(baselines.to_baseline(result)))
+        if not quiet:
+            err.print(f"replay bench: saved the baseline {save_baseline} ({len(result.measurements)} case(s))")
     if as_json:
         print(dumps(doc))
     else:
         from replay_harness.cli import tables
 
         print_tables(result, out, code, tables)
+        if compared is not None:
+            _print_baseline(compared, result.verdict, code)
     if png:
         try:
             plot_rows(rows, png)
@@ -210,3 +260,25 @@ def bench(
             err.print(f"replay: warning: matplotlib is not installed: {png} not written; render it later with "
                       f"`replay bench --plot-from {csv_file or 'BENCH.csv'} --png {png}`")
     raise typer.Exit(code)
+
+
+def _print_baseline(compared, verdict, code: int) -> None:
+    """The cases against the baseline, then one line: the regressions named, or why nothing is concluded."""
+    from replay_harness.bench.baseline import lines
+
+    for line in lines(compared):
+        out.print(line)
+    limit = f"--fail-above {compared.fail_above:g}" if compared.fail_above is not None else "no --fail-above"
+    overall = "-" if compared.overall is None else f"{compared.overall:.3g}x"
+    if not verdict.conclusive:
+        out.print(f"baseline: not compared (exit {code}): the path under test did not run (see the verdict)")
+    elif not compared.cases:
+        out.print(f"baseline: INCONCLUSIVE (exit {code}): no case of this run is in {compared.path}")
+    elif code == EXIT_INCONCLUSIVE:
+        out.print(f"baseline: INCONCLUSIVE (exit {code}): the timings are NOISY, so no case can pass or fail "
+                  f"{limit} (overall {overall})")
+    elif compared.regressed:
+        out.print(f"REGRESSION (exit {code}): {len(compared.regressed)} of {len(compared.cases)} case(s) above "
+                  f"{limit}: " + ", ".join(f"{c.case} ({c.ratio:.3g}x)" for c in compared.regressed))
+    else:
+        out.print(f"baseline: {len(compared.cases)} case(s) compared, none above {limit} (overall {overall})")

@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Annotated, Any, List, Optional
+from contextlib import contextmanager, nullcontext
+from typing import Annotated, Any, Iterator, List, Optional
 
 import typer
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
-from typer.core import TyperArgument, TyperCommand
 
+from replay_harness.cli.command import Command, Group  # noqa: F401 (every command's class, here too)
 from replay_harness.errors import EnvironmentProblem, UsageError, printable
 
 
@@ -35,8 +36,8 @@ class SafeConsole(Console):
         return super().render_str(printable(text), **kwargs)
 
 
-# stdout: tables and lines; stderr: progress, warnings, errors. Tables fit the terminal, $COLUMNS, or 80 columns
-# when piped (their long cells fold: tests/test_tables_80.py); plain lines are never cut (soft_wrap).
+# stdout: tables and lines; stderr: progress, warnings, errors. Tables wrap their text at the terminal's width,
+# $COLUMNS, or 80 columns when piped, and never break a word (cli/tables.py); plain lines are never cut (soft_wrap).
 # markup off: labels such as "stochastic[drop-drafts]" would otherwise be eaten as rich style tags.
 out = SafeConsole(highlight=False, markup=False, emoji=False, soft_wrap=True)
 err = SafeConsole(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
@@ -47,23 +48,58 @@ PROGRESS_EVERY_S = 10.0  # off a terminal: seconds between progress lines (REPLA
 
 class LineProgress:
     """Progress off a terminal (CI logs, pipes): one line on stderr at most every ``every`` seconds, e.g.
-    "replay verify: 12/40 steps, ETA 30 s". Takes the calls the commands make on a rich ``Progress``
-    (``add_task``, ``advance``, ``update``); one task."""
+    "replay verify: 12/40 steps, ETA 30 s, 20 s elapsed", and AT LEAST every ``every`` seconds while the
+    command runs: a heartbeat thread prints the line again when no step has finished for that long (a step
+    that takes a minute, an impl that compiles), with what the command is doing now (:meth:`describe`).
+    Takes the calls the commands make on a rich ``Progress`` (``add_task``, ``advance``, ``update``); one
+    task. ``every`` <= 0: a line per update and no heartbeat. The thread sleeps between lines, so it takes no
+    CPU from timed calls (`replay bench`). When the work ends, a run that printed lines prints its last count too."""
 
     def __init__(self, label: str, every: float):
+        import threading
+
         self.label, self.every = label, every
         self.total: float | None = None
-        self.done, self.unit = 0.0, ""
+        self.done, self.unit, self.doing = 0.0, "", ""
+        self.shown, self.printed = 0.0, 0  # the count the last line showed; lines printed
         self.start = self.last = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "LineProgress":
+        import threading
         import time
 
         self.start = self.last = time.monotonic()
+        if self.every > 0:
+            self._thread = threading.Thread(target=self._beat, name="replay-progress", daemon=True)
+            self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        import time
+
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if kind is None and self.printed and self.done != self.shown:  # the last count, after earlier lines
+            self.doing = ""
+            self._print(time.monotonic())
         return None
+
+    def _beat(self) -> None:
+        import time
+
+        while True:
+            with self._lock:
+                wait = self.last + self.every - time.monotonic()
+            if self._stop.wait(max(wait, 0.01)):
+                return
+            with self._lock:
+                now = time.monotonic()
+                if now - self.last >= self.every:
+                    self._print(now)
 
     def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
         self.unit, self.total = description, total
@@ -72,43 +108,81 @@ class LineProgress:
     def advance(self, task: int, advance: float = 1) -> None:
         self.update(task, advance=advance)
 
+    def describe(self, doing: str) -> None:
+        """What the command is doing now ("loading the impls", "timing step 3"): the end of the next lines."""
+        with self._lock:
+            self.doing = doing
+
     def update(self, task: int, *, advance: float = 0, total: float | None = None, **fields: Any) -> None:
         import time
 
-        self.done += advance
-        if total is not None:
-            self.total = total
-        now = time.monotonic()
-        if now - self.last < self.every:
-            return
-        self.last = now
+        with self._lock:
+            self.done += advance
+            if total is not None:
+                self.total = total
+            if fields.get("info"):  # the bar's info column (`replay record`: "5 recorded") ends the line instead
+                self.doing = str(fields["info"])
+            now = time.monotonic()
+            if now - self.last >= self.every:
+                self._print(now)
+
+    def _print(self, now: float) -> None:
+        """One line (the lock held)."""
+        self.last, self.shown, self.printed = now, self.done, self.printed + 1
         elapsed = now - self.start
-        line = f"{self.label}: {self.done:g}"
+        parts = []
         if self.total:
-            line += f"/{self.total:g} {self.unit}"
+            parts.append(f"{self.done:g}/{self.total:g} {self.unit}")
             if 0 < self.done < self.total:
-                line += f", ETA {elapsed * (self.total - self.done) / self.done:.0f} s"
-        else:
-            line += f" {self.unit}, {elapsed:.0f} s elapsed"
-        err.print(line)
+                parts.append(f"ETA {elapsed * (self.total - self.done) / self.done:.0f} s")
+        elif self.unit:
+            parts.append(f"{self.done:g} {self.unit}")
+        parts.append(f"{elapsed:.0f} s elapsed")
+        line = f"{self.label}: " + ", ".join(parts) + (f"; {self.doing}" if self.doing else "")
+        err.print(line, soft_wrap=True)
+
+
+def progress_every() -> float:
+    """Seconds between progress lines off a terminal: ``REPLAY_PROGRESS_EVERY`` (default 10)."""
+    import os
+
+    try:
+        return float(os.environ.get("REPLAY_PROGRESS_EVERY", PROGRESS_EVERY_S))
+    except ValueError:
+        return PROGRESS_EVERY_S
 
 
 def progress(label: str, total: int | None = None, *, info: bool = False, quiet: bool = False) -> Any:
     """Progress on stderr: a transient bar on a terminal, shown for ``total`` >= 2 steps (None: the caller
     sets the total), else a :class:`LineProgress`; nothing with ``quiet``. ``info``: one more column
     showing the task's ``info`` field."""
-    import os
-
     if not err.is_terminal and not quiet:
-        try:
-            every = float(os.environ.get("REPLAY_PROGRESS_EVERY", PROGRESS_EVERY_S))
-        except ValueError:
-            every = PROGRESS_EVERY_S
-        return LineProgress(label, every)
+        return LineProgress(label, progress_every())
     extra = [TextColumn("{task.fields[info]}", markup=False)] if info else []
     return Progress(TextColumn(printable(label).replace("{", "{{").replace("}", "}}"), markup=False), BarColumn(), MofNCompleteColumn(), *extra, TimeElapsedColumn(),
                     TimeRemainingColumn(), console=err, transient=True,
                     disable=quiet or (total is not None and total < 2))
+
+
+@contextmanager
+def waiting(what: str, *, quiet: bool = False) -> Iterator[None]:
+    """One long operation with no steps to count (a model load, a download): a spinner on a terminal; off a
+    terminal the line "WHAT ..." at once, "WHAT: N s elapsed" at least every ``REPLAY_PROGRESS_EVERY``
+    seconds while it runs, and "WHAT: done in N s" at the end; nothing with ``quiet``."""
+    import time
+
+    if quiet:
+        yield
+        return
+    if err.is_terminal:
+        with err.status(what):
+            yield
+        return
+    err.print(f"{what} ...", soft_wrap=True)
+    start = time.monotonic()
+    with LineProgress(what, progress_every()) if progress_every() > 0 else nullcontext():
+        yield
+    err.print(f"{what}: done in {time.monotonic() - start:.0f} s", soft_wrap=True)
 
 
 def warn_recording(rec: Any) -> None:
@@ -165,32 +239,6 @@ def _neg_inf_mode(value: str) -> str:
     return value
 
 
-class _MetavarArgument(TyperArgument):
-    """An argument shown by its metavar alone, as click does: RECORDING... (required), [RECORDING]...
-    (optional); typer would show {RECORDING}... and its python type (<list[str]>)."""
-
-    def _shown(self) -> str:
-        name = self.metavar if self.required else f"[{self.metavar}]"
-        return name + ("..." if self.nargs != 1 else "")
-
-    def get_usage_pieces(self, ctx: Any) -> list[str]:
-        return [self._shown()]
-
-    def get_help_record(self, ctx: Any) -> Any:
-        record = super().get_help_record(ctx)
-        return None if record is None else (self._shown(), record[1])
-
-
-class Command(TyperCommand):
-    """Every `replay` command (``app.command(cls=Command)``): arguments that name a metavar are shown by it."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if type(param) is TyperArgument and param.metavar:
-                param.__class__ = _MetavarArgument
-
-
 # ----------------------------------------------------------------------------- option and argument types
 # Every option and argument names a metavar (NAME, SECONDS, PATH, ...): without one, `--help` shows the
 # python type (`<list[str]>`), which says nothing to the reader (tests/test_cli_shape.py checks it).
@@ -231,6 +279,29 @@ def temperatures(values: Optional[List[str]], option: str = "--temperature") -> 
                 raise UsageError(f"{option} {part.strip()}: must be finite and >= 0 (0 = greedy)")
             parsed.append(value)
     return parsed
+
+
+def NumStepsOpt(default: int, what: str) -> Any:  # noqa: N802 (an option type, as JsonOpt)
+    """``--num-steps N``: how many steps a command makes (``record``, ``synth``). ``--steps`` SELECTS steps
+    (``run``, ``verify``: ``0,2``, ``1-3``); a count is ``--num-steps`` (README.md, "Tour")."""
+    return Annotated[Optional[int], typer.Option("--num-steps", min=1, metavar="N",
+                                                 help=f"{what} (default {default}).")]
+
+
+LegacyStepsOpt = Annotated[Optional[int], typer.Option(
+    "--steps", min=1, metavar="N", hidden=True, help="Deprecated spelling of --num-steps (warns).")]
+
+
+def num_steps(count: Optional[int], legacy: Optional[int], default: int, command: str) -> int:
+    """The value of ``--num-steps`` (``count``), else of the deprecated ``--steps N`` (``legacy``: one warning
+    line on stderr, the value used), else ``default``; both given is a usage error (exit 2)."""
+    if legacy is None:
+        return default if count is None else count
+    if count is not None:
+        raise UsageError(f"{command}: give --num-steps only (--steps is its deprecated spelling)")
+    err.print(f"replay: warning: {command} --steps {legacy} is deprecated: write --num-steps {legacy} (a count of "
+              "steps to make; --steps selects steps in run and verify)")
+    return legacy
 
 
 def check_output_file(path: Optional[str], inputs: Any, option: str) -> None:

@@ -37,8 +37,10 @@ def conformance(
     (--trials runs per request, family-wise false-alarm rate 0.001); the MRV2 bit-exact vectors are
     "n/a" for it.
 
-    Exit 0 when every applicable vector passes, 1 when any fails (each failure names its rule), 2 on bad
-    input, 3 when the impl cannot run here, 4 when no chosen vector applies to the impl's RNG contract or a
+    A request the impl refuses (a plain sampler given drafts) is not tested: a vector whose every request
+    was refused is "n/a", never a failure (`replay run` fails refusals). Exit 0 when every applicable vector
+    passes, 1 when any fails (each failure names its rule), 2 on bad input, 3 when the impl cannot run
+    here, 4 when no chosen vector applies to the impl (its RNG contract, or every request refused) or a
     vector had no test that could have failed at these --trials ("no power").
 
     Example: replay conformance --impl exec:./sampler --rule 'greedy-*' --rule 'gumbel-*'
@@ -64,23 +66,31 @@ def conformance(
         results = run_conformance(sampler, found, dev, trials=trials, seed=seed)
     finally:
         sampler.close()
-    applicable = [r for r in results if r.status != "n/a"]
+    refused = [_set_aside_refusals(r, rec) for r, (_, rec) in zip(results, found)]
+    status = [_status(r, n, total) for r, (n, total) in zip(results, refused)]
+    applicable = [r for r, st in zip(results, status) if st != "n/a"]
     ok = all(r.ok for r in results)
-    powerless = [r for r in applicable if r.status == "no power"]
+    powerless = [r for r, st in zip(results, status) if st == "no power"]
     code = EXIT_MISMATCH if not ok else EXIT_OK if applicable and not powerless else EXIT_INCONCLUSIVE
     if as_json or json_file:
-        print_json({"schema": "replay.conformance/1", "impl": impl, "device": dev.type, "rng_contract": contract, "ok": code == EXIT_OK,
-                    "exit_code": code,
-                    "vectors": [r.to_dict() for r in results]}, json_file=json_file, stdout=as_json)
+        print_json({"schema": "replay.conformance/1", "impl": impl, "device": dev.type, "rng_contract": contract,
+                    "ok": code == EXIT_OK, "exit_code": code,
+                    "vectors": [{**r.to_dict(), "status": st, "refused": n, "requests": total}
+                                for r, st, (n, total) in zip(results, status, refused)]},
+                    json_file=json_file, stdout=as_json)
     if not as_json:
-        for r in results:
+        for r, st, (n, total) in zip(results, status, refused):
             c = r.comparison
             what = {"exact": f"{c.tokens_matched}/{c.tokens_compared} tokens",
                     "rng-independent": f"route, support and statistics: {r.tests} checks",
                     "not applicable": f"MRV2 bit-exact rule: not applicable to rng_contract {contract}"}[r.mode]
-            out.print(f"{r.status:4s} {r.rule.id:26s} {what}" + ("; none could have failed: raise --trials"
-                                                                if r.status == "no power" else ""),
-                      style=tables.cell_style(r.status))
+            if n and n == total:
+                what = f"every request ({n}) refused by the impl: not tested"
+            elif n:
+                what += f"; {n} of {total} request(s) refused by the impl: not tested"
+            out.print(f"{st:4s} {r.rule.id:26s} {what}" + ("; none could have failed: raise --trials"
+                                                            if st == "no power" else ""),
+                      style=tables.cell_style(st))
         for r in results:
             if r.failures:
                 out.print(f"{impl}: rule {r.rule.id} says: {r.rule.statement} (docs/FIXTURES.md, '{r.rule.section}')")
@@ -88,14 +98,44 @@ def conformance(
                 out.print(f"{impl}: {line}")
             if len(r.failures) > 5:
                 out.print(f"{impl}: rule {r.rule.id}: … (+{len(r.failures) - 5} more)")
-        passed = sum(r.status == "ok" for r in applicable)
+        passed = sum(st == "ok" for st in status)
         line = f"{impl} on {dev.type}: {passed}/{len(applicable)} conformance vectors pass"
-        if len(applicable) < len(results):
+        bit_exact = sum(st == "n/a" and r.mode == "not applicable" for r, st in zip(results, status))
+        all_refused = sum(st == "n/a" and r.mode != "not applicable" for r, st in zip(results, status))
+        if bit_exact:
             line += (f" (RNG-independent rules, by route, support and statistics at {trials} trials; "
-                     f"{len(results) - len(applicable)} MRV2 bit-exact vector(s) not applicable to rng_contract "
-                     f"{contract})")
+                     f"{bit_exact} MRV2 bit-exact vector(s) not applicable to rng_contract {contract})")
+        if all_refused:
+            line += f"; {all_refused} vector(s) n/a: the impl refused every request of them"
         if code == EXIT_INCONCLUSIVE:
             line = (f"INCONCLUSIVE: {line}: " + (f"{len(powerless)} vector(s) without power at {trials} trials"
-                                                 if powerless else f"no chosen vector applies to rng_contract {contract}"))
+                                                 if powerless else f"no chosen vector applies to {impl}"))
         out.print(line, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _set_aside_refusals(r, rec) -> tuple[int, int]:
+    """Take the requests the impl refused out of a vector's failures: a refusal says "this impl does not handle
+    such a request" (a plain sampler and drafts, `guarded` and T > 0 under drafts), so the rule is not tested
+    on it, neither passed nor failed; `replay run` still fails a refusal (exit 1). Returns (requests refused,
+    requests in the vector). The runner names a refusal "step S, request R: refused" in exact mode (its
+    Comparison lists them) and "...: refused (why)" in the RNG-independent mode, with a route line beside it."""
+    total = sum(int(record.step.num_requests) for record in rec)
+    if r.mode == "exact":
+        refused = {(int(s), int(q)) for s, q in r.comparison.refused}
+    else:
+        refused = set()
+        for line in r.failures:
+            where, _, what = line.partition(": step ")[2].partition(": ")
+            step, _, request = where.partition(", request ")
+            if what.startswith("refused") and step.isdigit() and request.lstrip("-").isdigit():
+                refused.add((int(step), int(request)))
+    heads = tuple(f"rule {r.rule.id}: step {s}, request {q}:" for s, q in refused)
+    heads += tuple(f"rule {r.rule.id}: step {s}, request {q}," for s, q in refused)
+    r.failures = [line for line in r.failures if not line.startswith(heads)]
+    return len(refused), total
+
+
+def _status(r, refused: int, total: int) -> str:
+    """The vector's status: "n/a" also when the impl refused every request of it (nothing was tested)."""
+    return "n/a" if total and refused == total and not r.failures else r.status

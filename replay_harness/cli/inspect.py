@@ -8,12 +8,16 @@ from replay_harness.cli import tables
 from replay_harness.cli.common import (JsonFileOpt, JsonOpt, RecordingsArg, check_json_file, out, print_json,
                                        warn_recording)
 
+SOURCE_CHARS = 400  # the table shows this much of a recording's `source` (JSON); --json has all of it
+
 
 def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileOpt = None) -> None:
     """Show what recordings hold: steps, shapes, dtypes, parameter mix, drafts, acceptance, bytes.
 
     Exit 0, or 2 when a folder is not a readable recording. Folders of recordings are searched. A recording
-    that did not close cleanly or whose content digest does not match gets one warning line on stderr.
+    that did not close cleanly or whose content digest does not match gets one warning line on stderr. The
+    table shows the first 400 characters of the recording's source (how it was made), saying so when it is
+    longer; --json prints it whole.
 
     Example: replay inspect fixtures/real-founding --json
     """
@@ -39,10 +43,10 @@ def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileO
 def _print_table(path: str, s: dict) -> None:
     """The summary of one recording as a two-column table."""
     table = tables.table(f"{path}" + (" (synthetic)" if s["synthetic"] else ""),
-                         [("what", tables.WORD), ("value", tables.TEXT)], show_header=False)
+                         [("what", tables.TEXT), ("value", tables.TEXT)], show_header=False)
     rows = [
         ("schema", f"{s['schema']}  complete={s['complete']}  rng={s['rng_contract']}"),
-        ("source", _clip(json.dumps(s["source"], sort_keys=True), 200)),
+        ("source", _clip(json.dumps(s["source"], sort_keys=True), SOURCE_CHARS)),
         ("steps / request-steps / rows", f"{s['steps']} / {s['request_steps']} / {s['rows']}"),
         ("requests (distinct ids)", str(s["distinct_requests"])),
         ("vocab", str(s["vocab_size"])),
@@ -64,5 +68,9 @@ def _print_table(path: str, s: dict) -> None:
 
 
 def _clip(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters, marked with ' …' when cut."""
-    return text if len(text) <= limit else text[:limit - 2].rstrip() + " …"
+    """``text`` whole when it has at most ``limit`` characters; else cut at the last space before ``limit``
+    (never inside a word) and said so: how long it is and where to read all of it."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rpartition(" ")[0] or text[:limit]
+    return f"{cut} … (cut: {len(cut):,} of {len(text):,} characters; `replay inspect --json` prints all of it)"

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import typer
 
-from replay_harness.cli.common import JsonFileOpt, JsonOpt, check_json_file, out, print_json
+from replay_harness.cli.common import (JsonFileOpt, JsonOpt, LegacyStepsOpt, NumStepsOpt, check_json_file, num_steps,
+                                       out, print_json)
+
+DEFAULT_STEPS = 2
 
 
 def synth(
@@ -12,7 +15,8 @@ def synth(
     batch: int = typer.Option(..., "--batch", metavar="R", help="Requests per step (R)."),
     drafts: int = typer.Option(0, "--drafts", metavar="K", help="Drafts per request (k; 0 = plain samples)."),
     vocab: int = typer.Option(..., "--vocab", metavar="V", help="Vocabulary size (up to 262,144)."),
-    steps: int = typer.Option(2, "--steps", metavar="N", help="Steps to derive."),
+    count: NumStepsOpt(DEFAULT_STEPS, "Steps to derive") = None,
+    steps: LegacyStepsOpt = None,
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the resampling and the request seeds."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing recording at --out (written "
                                    "beside it, swapped in once complete; never one that shares a file with "
@@ -26,8 +30,10 @@ def synth(
     resampling the row's own values (tail mass kept). The output is labelled derived/synthetic; emitted
     tokens are empty (compare impls with each other). It runs on the CPU on purpose (no --device): the
     resampling uses torch's CPU generator, so the same options give the same bytes on every machine.
-    Example:
-    replay synth fixtures/real-founding --out /tmp/v248k --batch 64 --drafts 4 --vocab 248320
+    --num-steps is a count (--steps, its former spelling, still works and warns: --steps selects steps in
+    run and verify).
+
+    Example: replay synth fixtures/real-founding --out /tmp/v248k --batch 64 --drafts 4 --vocab 248320
     """
     import os
     from pathlib import Path
@@ -37,6 +43,7 @@ def synth(
     from replay_harness.recording.store import Recording
     from replay_harness.recording.swap import check_replace, discard, staging_folder, swap_into_place
 
+    steps = num_steps(count, steps, DEFAULT_STEPS, "synth")
     check_output(out_path, [source], "--out")  # a FIFO or a device; the input's own path, inside, around
     check_replace(out_path, source, overwrite=overwrite)  # the input under another path; not a recording
     check_json_file(json_file, [source, out_path])

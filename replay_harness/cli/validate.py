@@ -26,9 +26,11 @@ def validate(paths: RecordingsArg, nan: NanOpt = "error", neg_inf: NegInfOpt = "
     check_json_file(json_file, paths)
     docs = [_validate_one(p, nan, neg_inf, clean_tmp, as_json) for p in find_recordings(paths)]
     if as_json or json_file:
-        # one shape whatever the number of recordings (docs/INTEGRATION.md, "JSON documents")
-        print_json({"schema": "replay.validate/1", "valid": all(d["valid"] for d in docs), "recordings": docs},
-                   json_file=json_file, stdout=as_json)
+        # one shape whatever the number of recordings (docs/INTEGRATION.md, "JSON documents"); `ok` as in every
+        # command's document, `valid` kept beside it (the same boolean) for the readers written against it
+        ok = all(d["ok"] for d in docs)
+        print_json({"schema": "replay.validate/1", "ok": ok, "valid": ok, "exit_code": 0 if ok else 2,
+                    "recordings": docs}, json_file=json_file, stdout=as_json)
     raise typer.Exit(0 if all(d["valid"] for d in docs) else 2)
 
 
@@ -58,7 +60,7 @@ def _validate_one(path: str, nan: str, neg_inf: str, clean_tmp: bool, as_json: b
         counted = f", {neg_inf_rows} all -inf row(s)" if neg_inf_rows else ""
         out.print(f"{path}: {len(rec)} steps, " + ("valid" if not errors else f"{len(errors)} violation(s)")
                   + counted)
-    return {"path": path, "valid": not errors, "steps": len(rec), "removed_tmp": removed,
+    return {"path": path, "ok": not errors, "valid": not errors, "steps": len(rec), "removed_tmp": removed,
             "neg_inf_rows": neg_inf_rows,
             "problems": [{"file": p.file, "step": p.step, "field": p.field, "message": p.message,
                           "severity": "warning" if p.warning else "error"} for p in problems]}
