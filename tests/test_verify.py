@@ -399,3 +399,15 @@ def test_the_steps_verify_sends_hold_unique_request_ids():
     ids = copies_step(step, 0, groups, 0, 6, context).request_ids.tolist()
     assert len(ids) == 12 + len(context) and len(set(ids)) == len(ids)
     assert ids[12:] == step.request_ids[context].tolist()
+
+
+def test_cli_summary_is_one_fact_a_line_and_a_short_verdict_last():
+    """Issue 66 item 5: the summary was one 312-character line in CI logs; now the breakdown is one fact a line
+    and the verdict last, short."""
+    rc, out, _ = cli("verify", "fixtures/real-founding", "--impl", "guarded", "--steps", "0", "--trials", "4",
+                     "--device", "cpu")
+    lines = out.rstrip().splitlines()
+    assert lines[-1].startswith("FAIL: guarded on cpu: ") and len(lines[-1]) <= 100, lines[-1]
+    assert any(line.strip().startswith("2 request(s) refused") for line in lines[:-1])
+    assert any("statistical tests" in line and "Bonferroni" in line for line in lines[:-1]) or \
+        any(line.strip() == "no statistical test ran" for line in lines[:-1])

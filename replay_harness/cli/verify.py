@@ -205,17 +205,21 @@ def _print(report, sources, code: int, device: str) -> None:
     m, failed = report.num_statistical, report.failures
     exact = [c for c in report.checks if not c.statistical]
     stat_failed = sum(c.statistical for c in failed)
-    summary = (f"{m} statistical tests (per-test threshold p >= {thr:.2g}: family-wise false-alarm rate "
-               f"at most {report.alpha:g}, Bonferroni), {stat_failed} failed; {len(exact)} exact checks, "
-               f"{len(failed) - stat_failed} failed; {len(report.refused)} request(s) refused"
-               if m else f"no statistical test ran; {len(exact)} exact checks, {len(failed)} failed; "
-                         f"{len(report.refused)} request(s) refused")
+    # the breakdown one fact a line (CI logs fold nothing), the verdict last and short
+    if m:
+        out.print(f"  {m} statistical tests, {stat_failed} failed (per-test threshold p >= {thr:.2g}: family-wise "
+                  f"false-alarm rate at most {report.alpha:g}, Bonferroni)")
+    else:
+        out.print("  no statistical test ran")
+    out.print(f"  {len(exact)} exact checks, {len(failed) - stat_failed} failed")
+    out.print(f"  {len(report.refused)} request(s) refused")
     if report.untestable:
-        summary += f"; {len(report.untestable)} request(s) not testable"
+        out.print(f"  {len(report.untestable)} request(s) not testable")
     if report.powerless:
-        summary += (f"; {len(report.powerless)} test(s) passed without power (no outcome could fall below the "
-                    f"threshold in a bug's direction: not counted as passes)")
+        out.print(f"  {len(report.powerless)} test(s) passed without power (no outcome could fall below the threshold "
+                  "in a bug's direction: not counted as passes)")
     verdict = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[code]
+    summary = f"{m + len(exact)} tests, {len(failed)} failed, {len(report.refused)} refused"
     if code == EXIT_INCONCLUSIVE:
         need = report.trials_needed()
         summary += (": nothing here could have failed" + (
