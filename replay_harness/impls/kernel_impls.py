@@ -24,11 +24,13 @@ def unsupported(step: Step) -> str | None:
     """Why the kernels cannot replay ``step`` exactly, or None: they verify drafts the standard way under the
     ``mrv2`` contract (block and FLy verification and the mrv2-fp64 contract are the oracle's only so far;
     docs/FIXTURES.md "Verification methods")."""
-    if step.verify_method is not None and bool((step.verify_method != 0).any()):
-        methods = sorted({VERIFY_METHODS[int(c)] for c in step.verify_method.tolist() if c})
+    method = getattr(step, "verify_method", None)  # a plain SamplingBatch (the pipeline's float32 rows) has neither
+    contract = getattr(step, "rng_contract", "mrv2")
+    if method is not None and bool((method != 0).any()):
+        methods = sorted({VERIFY_METHODS[int(c)] for c in method.tolist() if c})
         return f"verify_method {', '.join(methods)} is not implemented in the kernels (standard only)"
-    if step.rng_contract != "mrv2":
-        return f"RNG contract {step.rng_contract} is not implemented in the kernels (mrv2 only)"
+    if contract != "mrv2":
+        return f"RNG contract {contract} is not implemented in the kernels (mrv2 only)"
     return None
 
 
