@@ -1,5 +1,7 @@
-"""`replay conformance`: the vectors pass for reference, stochastic (interpreter) and the C++ example sampler's
-conformant build (-DCONFORMANT); deliberately wrong samplers (and its founding-bug builds) fail them, named by rule."""
+"""`replay conformance`: the vectors pass for reference, stochastic (interpreter; it refuses block and FLy steps by
+name, and fp64-noise is not applicable to its mrv2 contract) and the C++ example sampler's conformant build
+(-DCONFORMANT) before the pipeline and the methods; deliberately wrong samplers (and its founding-bug builds) fail
+them, named by rule. The verification methods' vectors change when their method is replaced (METHOD_ABLATIONS)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +20,9 @@ from replay_harness.conformance.runner import DEFAULT_VECTORS, find_vectors, run
 from replay_harness.impls import get_impl
 from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle import rng, sampling_params
+from replay_harness.oracle.drafts import derive_drafts, draft_noise_diagnosis
+from replay_harness.oracle.walk import argmax_first
+from replay_harness.recording.schema import DRAFT_SAMPLING, VERIFY_METHODS
 from replay_harness.recording.store import Recording
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +93,27 @@ def _load_tool():
 
 
 PIPELINE_RULES = [r.id for r in RULES if r.pipeline]
+METHOD_RULES = [r.id for r in RULES if r.method]
+REFUSED_BY_KERNELS = ["block-verification", "fly-verification"]  # verify_method block / fly: refused by name
+
+
+class IgnoresMethods(ReferenceSampler):
+    """Wrong: verifies every request token-wise whatever its verify_method (block verification done token-wise,
+    vllm-project/vllm-ascend#7807; FLy ignored)."""
+
+    name = "ignores-methods"
+
+    def sample(self, step):
+        return super().sample(dataclasses.replace(step, verify_method=None))
+
+
+class Fp32Noise(ReferenceSampler):
+    """Wrong: claims mrv2-fp64 but draws mrv2's float32 noise."""
+
+    name = "fp32-noise"
+
+    def sample(self, step):
+        return super().sample(dataclasses.replace(step, rng_contract="mrv2"))
 
 
 def test_one_vector_per_rule_and_small():
@@ -95,11 +121,21 @@ def test_one_vector_per_rule_and_small():
     assert sum(f.stat().st_size for f in DEFAULT_VECTORS.rglob("*") if f.is_file()) < 1_000_000
 
 
-@pytest.mark.parametrize("impl", ["reference", "stochastic"])
-def test_builtin_impls_pass_every_vector(impl):
-    results = run_conformance(get_impl(impl), find_vectors())
+def test_the_reference_passes_every_vector_token_for_token():
+    """fp64-noise included: the reference implements mrv2-fp64 too (rng_contracts), so it is compared exactly."""
+    results = run_conformance(get_impl("reference"), find_vectors())
     assert [r.rule.id for r in results if not r.ok] == []
-    assert all(r.comparison.tokens_compared > 0 for r in results)
+    assert all(r.mode == "exact" and r.comparison.tokens_compared > 0 for r in results)
+
+
+def test_stochastic_passes_every_vector_but_the_methods_it_refuses_by_name():
+    results = {r.rule.id: r for r in run_conformance(get_impl("stochastic"), find_vectors())}
+    assert sorted(rule for rule, r in results.items() if not r.ok) == REFUSED_BY_KERNELS
+    for rule in REFUSED_BY_KERNELS:  # refused, never verified the standard way in silence
+        assert results[rule].failures and all(line.endswith(": refused") for line in results[rule].failures)
+    assert results["fp64-noise"].status == "n/a"  # another contract than its mrv2
+    assert all(r.comparison.tokens_compared > 0 for rule, r in results.items()
+               if rule not in REFUSED_BY_KERNELS + ["fp64-noise"])
 
 
 def test_every_pipeline_rule_has_a_vector_and_an_ablation():
@@ -131,6 +167,49 @@ def test_raw_logprobs_are_read_after_the_grammar_mask():
     allowed = [v for v in range(16) if int(step.step.grammar_bitmask[0, 0]) >> v & 1]
     got = step.emitted.logprob_ids[0, 0, 1:4].tolist()
     assert set(got) <= set(allowed) and not set(got) & (set(top) - set(allowed))
+
+
+def test_every_method_rule_has_a_vector_and_an_ablation():
+    tool = _load_tool()
+    assert METHOD_RULES == ["block-verification", "fly-verification", "probabilistic-drafts", "fp64-noise"]
+    assert set(tool.METHOD_ABLATIONS) == set(METHOD_RULES)
+    block, fly, drafts, fp64 = (Recording(DEFAULT_VECTORS / rule) for rule in METHOD_RULES)
+    assert fp64.rng_contract == "mrv2-fp64" and {block.rng_contract, fly.rng_contract, drafts.rng_contract} == {"mrv2"}
+    assert all(bool((rec.step.verify_method == VERIFY_METHODS.index(name)).all())
+               for recording, name in ((block, "block"), (fly, "fly")) for rec in recording)
+    assert all(bool((rec.step.draft_sampling == DRAFT_SAMPLING.index("probabilistic")).all()) for rec in drafts)
+
+
+@pytest.mark.parametrize("rule", METHOD_RULES)
+def test_a_method_vector_changes_when_its_method_is_replaced(rule):
+    """The committed vector holds the reference's tokens, and every ablation (block and FLy by standard
+    verification, probabilistic drafts by greedy or unsalted draws, mrv2-fp64 by mrv2) gives other tokens."""
+    tool = _load_tool()
+    for record in Recording(DEFAULT_VECTORS / rule):
+        assert torch.equal(record.emitted.tokens, tool.emitted(record.step).tokens)
+        for what, ablate in tool.METHOD_ABLATIONS[rule]:
+            assert not torch.equal(record.emitted.tokens, tool.emitted(ablate(record.step)).tokens), (rule, what)
+
+
+def test_the_probabilistic_drafts_are_the_contract_drafters():
+    """Each stochastic request's drafts are the salted Gumbel-max of its draft logits (never the unsalted draw);
+    the greedy request's are their argmax."""
+    step = Recording(DEFAULT_VECTORS / "probabilistic-drafts")[0].step
+    cu, d_idx = step.cu_num_logits.tolist(), step.draft_row_index()
+    for r in range(step.num_requests):
+        drafts = step.draft_token_ids[cu[r]:cu[r + 1] - 1].tolist()
+        if float(step.temperature[r]) == 0:
+            assert drafts == [argmax_first(step.draft_logits[int(d_idx[j])]) for j in range(cu[r], cu[r + 1] - 1)]
+            continue
+        assert draft_noise_diagnosis(step, r) is None and drafts == derive_drafts(step, r)
+        assert drafts != derive_drafts(step, r, salt=0)
+
+
+@pytest.mark.parametrize("wrong,failed", [(IgnoresMethods, REFUSED_BY_KERNELS), (Fp32Noise, ["fp64-noise"])])
+def test_a_sampler_that_ignores_a_method_fails_its_vector_by_name(wrong, failed):
+    results = run_conformance(wrong(), find_vectors(rules=METHOD_RULES))
+    assert sorted(r.rule.id for r in results if not r.ok) == failed
+    assert all(line.startswith(f"rule {r.rule.id}: step ") for r in results for line in r.failures)
 
 
 @pytest.mark.parametrize("rule", PIPELINE_RULES)
@@ -179,7 +258,7 @@ def cpp_builds(tmp_path_factory):
 
 
 def test_cpp_conformant_build_passes_every_vector_before_the_pipeline(cpp_builds):
-    rules = [a for r in RULES if not r.pipeline for a in ("--rule", r.id)]
+    rules = [a for r in RULES if not r.pipeline and not r.method for a in ("--rule", r.id)]
     code, out, err = cli("conformance", "--impl", f"exec:{cpp_builds['CONFORMANT']}", *rules)
     assert code == 0, out + err
     assert f"{len(rules) // 2}/{len(rules) // 2} conformance vectors pass" in out
@@ -193,12 +272,27 @@ def test_cpp_conformant_build_passes_the_pipeline_vectors(cpp_builds):
     assert code == 0, out + err
 
 
+def test_cpp_conformant_build_fails_block_and_fly_by_name(cpp_builds):
+    """examples/cpp_sampler verifies every request token-wise: block and FLy vectors fail (not a silent pass), the
+    probabilistic drafts (standard verification with draft logits) pass, fp64-noise is n/a to its mrv2."""
+    rules = [a for r in METHOD_RULES for a in ("--rule", r)]
+    code, out, _ = cli("conformance", "--impl", f"exec:{cpp_builds['CONFORMANT']}", *rules)
+    status = {line.split()[1]: line.split()[0] for line in out.splitlines()
+              if line.split()[:1] in (["FAIL"], ["ok"], ["n/a"])}
+    assert code == 1 and status == {"block-verification": "FAIL", "fly-verification": "FAIL",
+                                    "probabilistic-drafts": "ok", "fp64-noise": "n/a"}, out
+
+
 # What each founding build of examples/cpp_sampler refuses outright: every request of these vectors (plain requests
 # with filters at t > 0; -DGUARDED also every request with drafts at t > 0), which `replay conformance` reports
 # "n/a" (not tested), never ok; and what it passes beside CPP_FOUNDING_RULES (the requests it does not refuse).
-CPP_ALL_REFUSED = {"": ["filter-order", "min-p", "top-k-ties", "top-p-cut"],
-                   "GUARDED": ["draft-logits", "filter-order", "min-p", "stochastic-verify", "top-k-ties", "top-p-cut"]}
-CPP_ALSO_PASSED = {"": [], "GUARDED": ["extreme-seeds-positions", "placeholder-drafts"]}
+# fp64-noise is n/a to both (another contract than their mrv2); -DGUARDED passes block-verification and
+# probabilistic-drafts on the requests it does not refuse (greedy, placeholders, no drafts).
+CPP_ALL_REFUSED = {"": ["filter-order", "fp64-noise", "min-p", "top-k-ties", "top-p-cut"],
+                   "GUARDED": ["draft-logits", "filter-order", "fp64-noise", "min-p", "stochastic-verify", "top-k-ties",
+                               "top-p-cut"]}
+CPP_ALSO_PASSED = {"": [], "GUARDED": ["block-verification", "extreme-seeds-positions", "placeholder-drafts",
+                                       "probabilistic-drafts"]}
 
 
 @pytest.mark.parametrize("define", ["", "GUARDED"])

@@ -16,6 +16,14 @@ kept sets for the last three rules) must change when the rule is left out (ABLAT
 nothing. A vector is written without ``write_stats`` (timings), so writing one again gives the same bytes.
 The vectors written before schema minor 2 are minor-0 sha256 recordings: regenerate only the rules you change
 (naming them), or every vector is rewritten as minor 2 with xxh3-128 digests (same tokens, other bytes).
+
+The verification methods' vectors (docs/FIXTURES.md, "Verification methods": block, FLy, probabilistic drafts, the
+mrv2-fp64 contract) are checked by METHOD_ABLATIONS: the tokens must change when the method is replaced by standard
+verification, the drafts by greedy or unsalted draws, the contract by mrv2. Their robustness is checked by
+perturbation rather than by decision margins (near_tie measures the standard decisions under mrv2 only): the tokens,
+and the probabilistic drafts re-derived from the draft logits, must not change when every logit is moved by up to
+1e-3 (PERTURBATIONS random trials). Their builders pick, among candidate requests, the first whose tokens the method
+changes (:func:`_differing`), beside control requests it leaves alone.
 """
 from __future__ import annotations
 
@@ -31,7 +39,11 @@ import torch
 from replay_harness.conformance.rules import RULE, RULES
 from replay_harness.impls.reference import ReferenceSampler
 from replay_harness.oracle import processors
+from replay_harness.oracle.drafts import derive_drafts
 from replay_harness.oracle.near_tie import decision_margin
+from replay_harness.oracle.walk import argmax_first
+from replay_harness.record.method_options import FLY, RequestMethod, method_fields
+from replay_harness.recording.schema import VERIFY_METHODS
 from replay_harness.recording.step import Step
 from replay_harness.recording.store import Emitted, RecordingWriter
 
@@ -70,6 +82,10 @@ class Req:
     grammar_on: bool = True  # has_grammar; False: the rows are written and must be ignored
     logprobs: int | None = None
     logprobs_mode: int = 0
+    # Verification methods: how the request's drafts are verified (None: no verify_method field); probabilistic:
+    # the drafts are the contract drafter's draws (draft_sampling 1 for the step)
+    method: RequestMethod | None = None
+    probabilistic: bool = False
 
 
 def ragged(lists: list[list], dtype: torch.dtype = torch.int32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,7 +138,7 @@ def pipeline_fields(reqs: list[Req], vocab: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def build_step(reqs: list[Req], dtype: torch.dtype = torch.float32) -> Step:
+def build_step(reqs: list[Req], dtype: torch.dtype = torch.float32, contract: str = "mrv2") -> Step:
     sizes = [len(r.drafts) + 1 for r in reqs]
     cu = torch.tensor([0] + sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
     vocab = reqs[0].logits.shape[1]
@@ -139,7 +155,9 @@ def build_step(reqs: list[Req], dtype: torch.dtype = torch.float32) -> Step:
         min_p=torch.tensor([r.min_p for r in reqs], dtype=torch.float32),
         seed=torch.tensor([r.seed for r in reqs], dtype=torch.int64),
         request_ids=torch.arange(100, 100 + len(reqs), dtype=torch.int64),
-        draft_logits=torch.cat(dl).float() if with_dl else None, **pipeline_fields(reqs, vocab))
+        draft_logits=torch.cat(dl).float() if with_dl else None, **pipeline_fields(reqs, vocab),
+        **method_fields([r.method for r in reqs], 1 if any(r.probabilistic for r in reqs) else None),
+        rng_contract=contract)
 
 
 def emitted(step: Step) -> Emitted:
@@ -492,12 +510,185 @@ def check_ablation(step: Step, rule: str) -> None:
         raise SystemExit(f"make_conformance: {rule}: the step's {ABLATIONS[rule][0]} do not depend on the rule")
 
 
+# ----------------------------------------------------------------------------- verification methods
+BLOCK = RequestMethod(VERIFY_METHODS.index("block"))
+PERTURBATIONS = 16
+
+
+def _fly(window: int, threshold: float = 0.5, top_k: int = 3) -> RequestMethod:
+    return RequestMethod(FLY, window, threshold, top_k)
+
+
+def _set(step: Step, **fields) -> Step:
+    return dataclasses.replace(step, **fields)
+
+
+def _standard(step: Step) -> Step:
+    return _set(step, verify_method=torch.zeros_like(step.verify_method))
+
+
+def _redrawn(step: Step, salt: int | None) -> Step:
+    """The step with each drafted request's drafts drawn again from its draft logits: by the contract's drafter with
+    ``salt`` added to the positions, or (None) greedily, the argmax, and then verified one-hot (vLLM's greedy drafts
+    carry no draft logits)."""
+    drafts = step.draft_token_ids.clone()
+    cu, d_idx = step.cu_num_logits.tolist(), step.draft_row_index()
+    for r in range(step.num_requests):
+        if cu[r + 1] - cu[r] > 1:
+            new = (derive_drafts(step, r, salt=salt) if salt is not None and float(step.temperature[r]) != 0 else
+                   [argmax_first(step.draft_logits[int(d_idx[j])]) for j in range(cu[r], cu[r + 1] - 1)])
+            drafts[cu[r]:cu[r + 1] - 1] = torch.tensor(new, dtype=drafts.dtype)
+    if salt is not None:
+        return _set(step, draft_token_ids=drafts)
+    return _set(step, draft_token_ids=drafts, draft_logits=None, draft_sampling=torch.zeros_like(step.draft_sampling))
+
+
+# What replacing each method means (rule -> [(what, the step without the method)]): the vector's tokens must differ
+# from the reference's on every ablated step; tests/test_conformance.py checks the committed vectors the same way.
+METHOD_ABLATIONS: dict[str, list[tuple[str, Callable[[Step], Step]]]] = {
+    "block-verification": [("standard verification", _standard)],
+    "fly-verification": [("standard verification", _standard)],
+    "probabilistic-drafts": [("greedy drafts (the argmax, verified one-hot)", lambda s: _redrawn(s, None)),
+                             ("drafts drawn with the verifier's own key (no 2^30 salt)", lambda s: _redrawn(s, 0))],
+    "fp64-noise": [("the mrv2 contract", lambda s: _set(s, rng_contract="mrv2"))],
+}
+CONTRACTS = {"fp64-noise": "mrv2-fp64"}  # a vector's RNG contract (default mrv2)
+
+
+def _perturbed_ok(step: Step) -> bool:
+    """The tokens, and the probabilistic drafts re-derived from the draft logits, survive PERTURBATIONS random moves
+    of every logit (and draft logit) by up to 1e-3."""
+    want = emitted(step).tokens
+    g = torch.Generator().manual_seed(11)
+    for _ in range(PERTURBATIONS):
+        move = {name: getattr(step, name).float() + (torch.rand(getattr(step, name).shape, generator=g) - 0.5) * 2e-3
+                for name in ("logits", "draft_logits") if getattr(step, name) is not None}
+        noisy = _set(step, **move)
+        if not torch.equal(emitted(noisy).tokens, want):
+            return False
+        cu = step.cu_num_logits.tolist()
+        for r in range(step.num_requests):
+            if step.draft_sampling is not None and float(step.temperature[r]) != 0 and cu[r + 1] - cu[r] > 1:
+                if derive_drafts(noisy, r) != step.draft_token_ids[cu[r]:cu[r + 1] - 1].tolist():
+                    return False
+    return True
+
+
+def _changed(step: Step, rule: str) -> bool:
+    """Every ablation of ``rule`` changes the step's tokens."""
+    want = emitted(step).tokens
+    return all(not torch.equal(emitted(fn(step)).tokens, want) for _, fn in METHOD_ABLATIONS[rule])
+
+
+def _differing(rule: str, make: Callable[[int], Req], count: int, start: int = 0) -> list[Req]:
+    """The first ``count`` requests ``make(i)`` (i = start, start + 1, ...) whose tokens every ablation of ``rule``
+    changes and that survive the perturbations, each alone in a step."""
+    out = []
+    for i in range(start, start + 400):
+        req = make(i)
+        step = build_step([req], contract=CONTRACTS.get(rule, "mrv2"))
+        if _changed(step, rule) and _perturbed_ok(step):
+            out.append(req)
+            if len(out) == count:
+                return out
+    raise SystemExit(f"make_conformance: {rule}: fewer than {count} candidate requests the method changes")
+
+
+def _second(row: torch.Tensor) -> int:
+    return int(row.topk(2).indices[1])
+
+
+def block_verification(g):
+    def onehot(i):  # 3 one-hot drafts, the first the row's second best: standard verification often rejects it
+        x = rand_logits(g, 4, 1.5)
+        return Req(x, drafts=[_second(x[0]), int(x[1].argmax()), int(x[2].argmax())], seed=800 + i, pos0=9 * i,
+                   method=BLOCK)
+
+    def with_q(i):  # 2 drafts drawn from draft logits q
+        x, q = rand_logits(g, 3, 1.5), rand_logits(g, 2, 1.5)
+        return Req(x, drafts=[_second(q[0]), int(q[1].argmax())], temperature=0.9, seed=900 + i, pos0=5 * i,
+                   draft_logits=q, method=BLOCK)
+
+    x = rand_logits(g, 3, 2.0)
+    controls = [Req(x, drafts=[int(x[0].argmax()), _second(x[1])], temperature=0.0, method=BLOCK),  # token-wise
+                Req(x, drafts=[int(x[0].argmax()), -1], seed=950, pos0=3, method=BLOCK),  # a placeholder ends it
+                Req(rand_logits(g, 1, 2.0), seed=951, pos0=4, method=BLOCK)]  # no drafts: a plain draw
+    return [_differing("block-verification", onehot, 3) + controls,
+            _differing("block-verification", with_q, 2)], True
+
+
+def fly_verification(g):
+    def stochastic(i):  # flat rows (high entropy); the first draft the second best; windows 1 and 2
+        w = 1 + i % 2
+        x = rand_logits(g, w + 2, 0.8)
+        return Req(x, drafts=[_second(x[0])] + [int(x[j].argmax()) for j in range(1, w + 1)], seed=1000 + i,
+                   pos0=6 * i, method=_fly(w, (0.5, 0.3)[i % 2], (3, 5)[i % 2]))
+
+    def greedy(i):  # the first draft is not the argmax; the next is, so FLy accepts both where greedy stops
+        x = rand_logits(g, 3, 0.8)
+        return Req(x, drafts=[_second(x[0]), int(x[1].argmax())], temperature=0.0, method=_fly(1))
+
+    peaked = low(g, {3: 6.0, 9: 3.0}, {5: 6.0}, {})  # top-3 entropy about 0.2, below 0.5: no deferral, as standard
+    flat = rand_logits(g, 3, 0.8)  # the draft after the rejected one is rejected too: FLy stops at the first
+    controls = [Req(peaked, drafts=[9, 5], temperature=0.0, method=_fly(1)),
+                Req(flat, drafts=[_second(flat[0]), _second(flat[1])], temperature=0.0, method=_fly(1))]
+    return [_differing("fly-verification", stochastic, 3) + _differing("fly-verification", greedy, 1) + controls], \
+        True
+
+
+def probabilistic_drafts(g):
+    def drawn(i):  # the drafts are the contract drafter's draws from q
+        k, t = 1 + i % 3, (0.7, 1.0, 1.3)[i % 3]
+        x, q = rand_logits(g, k + 1, 1.5), rand_logits(g, k, 1.0)
+        req = Req(x, drafts=[0] * k, temperature=t, seed=1100 + i, pos0=8 * i, draft_logits=q, probabilistic=True)
+        req.drafts = derive_drafts(build_step([req]), 0)
+        return req
+
+    x, q = rand_logits(g, 3, 1.5), rand_logits(g, 2, 1.0)
+    greedy = Req(x, drafts=[int(q[0].argmax()), int(q[1].argmax())], temperature=0.0, draft_logits=q,
+                 probabilistic=True)  # temperature 0: the drafter's argmax
+    return [_differing("probabilistic-drafts", drawn, 4) + [greedy]], True
+
+
+def _signed(x: int) -> int:
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def fp64_noise(g):
+    def plain(i):  # seeds over the whole int64 range, positions past 2^32
+        return Req(rand_logits(g, 1, 1.0), seed=_signed((i + 1) * 0x9E3779B97F4A7C15), pos0=i * (1 << 29) + 3,
+                   temperature=(1.0, 0.7)[i % 2])
+
+    def verify(i):  # a rejected or accepted draft: the resample and the bonus draw
+        x = rand_logits(g, 3, 1.5)
+        return Req(x, drafts=[_second(x[0]), int(x[1].argmax())], seed=_signed(-(i + 7) * 0x5DEECE66D),
+                   pos0=(1 << 32) + 11 * i)
+
+    return [_differing("fp64-noise", plain, 5) + _differing("fp64-noise", verify, 3)], True
+
+
+METHOD_BUILDERS: dict[str, Callable] = {
+    "block-verification": block_verification, "fly-verification": fly_verification,
+    "probabilistic-drafts": probabilistic_drafts, "fp64-noise": fp64_noise,
+}
+
+
+def check_methods(step: Step, rule: str) -> None:
+    """A method vector's step: every ablation changes its tokens, and they survive the perturbations."""
+    for what, fn in METHOD_ABLATIONS[rule]:
+        if torch.equal(emitted(fn(step)).tokens, emitted(step).tokens):
+            raise SystemExit(f"make_conformance: {rule}: the tokens do not change with {what}")
+    if not _perturbed_ok(step):
+        raise SystemExit(f"make_conformance: {rule}: the tokens or drafts change under a 1e-3 perturbation")
+
+
 BUILDERS: dict[str, Callable] = {
     "greedy-ties": greedy_ties, "gumbel-hash": gumbel_hash, "gumbel-clamp": gumbel_clamp,
     "extreme-seeds-positions": extreme_seeds_positions, "temperature": temperature, "min-p": min_p,
     "top-k-ties": top_k_ties, "top-p-cut": top_p_cut, "filter-order": filter_order,
     "stochastic-verify": stochastic_verify, "placeholder-drafts": placeholder_drafts, "draft-logits": draft_logits,
-    "logits-dtypes": logits_dtypes, **PIPELINE_BUILDERS,
+    "logits-dtypes": logits_dtypes, **PIPELINE_BUILDERS, **METHOD_BUILDERS,
 }
 DTYPES = {"logits-dtypes": [torch.bfloat16, torch.float16]}
 VOCAB = {"grammar-mask": GRAMMAR_V}  # V of each vector (default V)
@@ -507,8 +698,13 @@ assert set(BUILDERS) == set(RULE), "one builder per rule"
 def write_vector(rule: str, out: Path) -> Path:
     g = torch.Generator().manual_seed(sum(map(ord, rule)))
     steps, robust = BUILDERS[rule](g)
-    built = [build_step(reqs, dtype) for reqs, dtype in zip(steps, DTYPES.get(rule, [torch.float32] * len(steps)))]
-    if robust:
+    contract = CONTRACTS.get(rule, "mrv2")
+    built = [build_step(reqs, dtype, contract)
+             for reqs, dtype in zip(steps, DTYPES.get(rule, [torch.float32] * len(steps)))]
+    if rule in METHOD_ABLATIONS:
+        for s in built:
+            check_methods(s, rule)
+    elif robust:
         for s in built:
             check_robust(s, rule)
     if rule in ABLATIONS:
@@ -516,7 +712,8 @@ def write_vector(rule: str, out: Path) -> Path:
             check_ablation(s, rule)
     source = {"engine": "reference", "rule": rule, "statement": RULE[rule].statement,
               "doc": f"docs/FIXTURES.md, '{RULE[rule].section}'", "tool": "tools/make_conformance.py"}
-    with RecordingWriter(out, vocab_size=VOCAB.get(rule, V), source=source, synthetic=True, overwrite=True) as w:
+    with RecordingWriter(out, vocab_size=VOCAB.get(rule, V), rng_contract=contract, source=source, synthetic=True,
+                         overwrite=True) as w:
         for s in built:
             w.write_step(s, emitted(s), meta={"rule": rule})
     manifest = json.loads((out / "manifest.json").read_text())

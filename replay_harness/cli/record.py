@@ -162,6 +162,24 @@ def record(
         "with vLLM's names (repetition_penalty, frequency_penalty, presence_penalty, min_tokens, logprobs, "
         "logprobs_mode, logit_bias, allowed_token_ids, bad_words, json_schema, regex), cycled over the requests; "
         "a key replaces the command line's value for that request (null: off)."),
+    verify_method: Optional[List[str]] = typer.Option(
+        None, "--verify-method", metavar="standard|block|fly", help="How each request's drafts are verified: "
+        "standard (token-wise), block (block verification) or fly (FLy, lossy); cycled over the requests as "
+        "--temperature's values. Record with --impl reference (the kernels verify the standard way only)."),
+    fly_window: Optional[List[str]] = typer.Option(
+        None, "--fly-window", metavar="W", help="FLy's window, in [1, K-1] (default min(6, K-1)); cycled."),
+    fly_entropy_threshold: Optional[List[str]] = typer.Option(
+        None, "--fly-entropy-threshold", metavar="X", help="FLy's entropy gate, >= 0 (default 0.3); cycled."),
+    fly_entropy_top_k: Optional[List[str]] = typer.Option(
+        None, "--fly-entropy-top-k", metavar="K", help="The top probabilities FLy's entropy sums, >= 1 (default 3); "
+        "cycled."),
+    draft_sampling: Optional[str] = typer.Option(
+        None, "--draft-sampling", metavar="greedy|probabilistic", help="How the model drafters draw, for the run: "
+        "greedy (the argmax, no draft logits recorded) or probabilistic (the RNG contract's drafter, draft logits "
+        "recorded; needs --drafter early-exit or draft-model)."),
+    rng_contract: Optional[str] = typer.Option(
+        None, "--rng-contract", metavar="mrv2|mrv2-fp64", help="The recording's RNG contract (default: the impl's); "
+        "mrv2-fp64 draws with float64 Gumbel noise."),
     as_json: JsonOpt = False,
     json_file: JsonFileOpt = None,
     quiet: QuietOpt = False,
@@ -203,6 +221,7 @@ def record(
 def record_options(params: dict) -> "RecordOptions":  # noqa: F821 (imported lazily: torch)
     """The :class:`~replay_harness.record.pipeline.RecordOptions` of `replay record`'s parsed options
     (:func:`record`'s parameters by name; tools/make_pipeline_fixtures.py parses a command line into them)."""
+    from replay_harness.record.method_options import MethodText
     from replay_harness.record.pipeline import DEFAULT_PROMPTS, RecordOptions
     from replay_harness.record.sampling_options import PipelineText
 
@@ -222,6 +241,9 @@ def record_options(params: dict) -> "RecordOptions":  # noqa: F821 (imported laz
         draft_model=p["draft_model"], draft_gguf_file=p["draft_gguf_file"], gguf_file=p["gguf_file"], impl=p["impl"],
         impl_timeout=p["impl_timeout"], out_path=p["out_path"], overwrite=p["overwrite"], model=p["model"],
         dtype=p["dtype"], stop_at_eos=p["stop_at_eos"], kv_cache=p["kv_cache"], pipeline=pipeline,
+        methods=MethodText(**{name: list(p[name] or []) for name in (
+            "verify_method", "fly_window", "fly_entropy_threshold", "fly_entropy_top_k")},
+            draft_sampling=p["draft_sampling"], rng_contract=p["rng_contract"]),
         inputs=[p["prompts_file"]] if p["prompts_file"] else [])
 
 

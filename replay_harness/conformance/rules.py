@@ -1,13 +1,15 @@
-"""The rules the conformance vectors pin, one row each (docs/FIXTURES.md, "Sampling rules" and "The sampling pipeline").
+"""The rules the conformance vectors pin, one row each (docs/FIXTURES.md, "Sampling rules", "The sampling pipeline" and
+"Verification methods").
 
 Each vector under ``replay_harness/conformance/vectors/<rule>/`` is a recording whose manifest names its rule
 (``source.rule``); ``tools/make_conformance.py`` builds one recording per row here, with the tokens that
 ``reference`` emits, and ``replay conformance`` quotes the statement when an impl fails the vector.
 
 Two sets (docs/INTEGRATION.md, "Conformance for any RNG"): rules every correct sampler meets whatever its
-RNG (``mrv2_only`` False: checked token for token for an ``mrv2`` impl, by route, support and statistics
-for any other), and the MRV2 bit-exact rules of the noise itself (``mrv2_only`` True: "not applicable" to
-an impl of another RNG contract).
+RNG (``mrv2_only`` False: checked token for token for an impl of the vector's contract, by route, support and
+statistics for any other), and the bit-exact rules (``mrv2_only`` True: "not applicable" to an impl of another RNG
+contract): the noise itself (MRV2's, and the ``mrv2-fp64`` contract's), and block and FLy verification, whose laws
+`replay verify` does not test.
 """
 from __future__ import annotations
 
@@ -17,14 +19,17 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Rule:
     """id: the vector's folder name; statement: the rule, one sentence; section: where FIXTURES.md states it;
-    mrv2_only: the rule is about the MRV2 noise itself (bit-exact vectors only); pipeline: the rule is one of the
-    sampling pipeline's (schema minor 2 fields: "The sampling pipeline", "Emitted logprobs and kept sets")."""
+    mrv2_only: checked token for token only, under the vector's contract (the noise itself; block and FLy
+    verification); pipeline: the rule is one of the sampling pipeline's (schema minor 2 fields: "The sampling
+    pipeline", "Emitted logprobs and kept sets"); method: the rule is one of a verification method's or of the
+    mrv2-fp64 contract's ("Verification methods")."""
 
     id: str
     statement: str
     section: str
     mrv2_only: bool = False
     pipeline: bool = False
+    method: bool = False
 
 
 RULES = (
@@ -88,5 +93,22 @@ RULES = (
                      "top-k with its ties, top-p and min-p; greedy requests ignore the filters)",
          "Emitted logprobs and kept sets"),
     )),
+    # Verification methods and the fp64 contract (vLLM 0.33 MRV2's RejectionSampleMethod, DraftSampleMethod and
+    # use_fp64_gumbel).
+    Rule("block-verification", "block verification: c_i = min(c_{i-1} + log p_i(d_i) - log q_i(d_i), 0); draft i "
+                               "is tested with the Philox uniform of seed ^ (i << 32) against h_i = r / (r + 1 - "
+                               "e^c_i), r the residual mass of row i + 1 (e^c_i for the last draft); the largest "
+                               "i + 1 with u_i <= h_i is accepted, then a draw from max(e^c p - q, 0) or the bonus "
+                               "row", "Verification methods", mrv2_only=True, method=True),
+    Rule("fly-verification", "FLy: a token-wise rejection at draft i on a row whose top-k entropy is at least the "
+                             "threshold, with i + W < k, is deferred: accepted when the next W drafts are accepted "
+                             "natively, else verification stops at i (greedy requests too)", "Verification methods",
+         mrv2_only=True, method=True),
+    Rule("probabilistic-drafts", "a probabilistic draft is the Gumbel-max of draft_logits / T with the noise of "
+                                 "(seed, position + 2^30), never the verifier's own key, and is verified with "
+                                 "q = softmax(draft_logits / T)", "Verification methods", method=True),
+    Rule("fp64-noise", "under mrv2-fp64 every Gumbel draw widens the scores to float64 and adds -log(-log(u)), u "
+                       "the 53-bit uniform of two murmur3 hashes (h = 0 and h = 0x9E3779B9); the acceptance uniform "
+                       "is unchanged", "RNG contract `mrv2-fp64`", mrv2_only=True, method=True),
 )
 RULE = {r.id: r for r in RULES}

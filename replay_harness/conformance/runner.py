@@ -1,9 +1,12 @@
 """Run an impl against the conformance vectors and name the rule of every failure.
 
-An impl of the vectors' RNG contract (``mrv2``) is compared token for token on every vector (below). Any
-other impl is checked on the RNG-independent vectors by route, support and statistics
-(:mod:`replay_harness.conformance.independent`), and the MRV2 bit-exact vectors (``Rule.mrv2_only``) are
-"not applicable" to it: never a failure, never a pass.
+An impl that replays a vector under the vector's RNG contract (``mrv2``; ``mrv2-fp64`` for ``fp64-noise``) is
+compared token for token on it (below): the contract is chosen as `replay run` chooses it
+(:func:`replay_harness.compare.runner.contract_for`: the recording's when the impl implements it among several, as
+the reference does both), an impl's ``rng_contracts`` believed only when they hold its own ``rng_contract`` (a
+subclass of the reference that declares another contract inherits the reference's list). Any other impl is checked
+on the RNG-independent vectors by route, support and statistics (:mod:`replay_harness.conformance.independent`),
+and the bit-exact vectors (``Rule.mrv2_only``) are "not applicable" to it: never a failure, never a pass.
 
 A vector is a recording (``replay_harness/conformance/vectors/<rule>/``, shipped in the package) whose emitted tokens are what every conforming
 impl must emit, token for token: unlike ``replay run``, a near-tie is a failure here (the vectors keep
@@ -19,7 +22,7 @@ from pathlib import Path
 import torch
 
 from replay_harness.compare.diff import Comparison
-from replay_harness.compare.runner import run_recording
+from replay_harness.compare.runner import contract_for, run_recording
 from replay_harness.conformance.rules import RULE, Rule
 from replay_harness.errors import UsageError
 from replay_harness.impls.contract import Sampler
@@ -100,6 +103,12 @@ def _failures(rule: Rule, cmp: Comparison) -> list[str]:
     return [f"rule {rule.id}: {line}" for line in lines]
 
 
+def _replays(impl: Sampler, rec: Recording) -> bool:
+    """Whether ``impl`` replays ``rec`` under the vector's own contract (module docstring)."""
+    believed = impl.rng_contract in getattr(impl, "rng_contracts", ())
+    return (contract_for(impl, rec) if believed else impl.rng_contract) == rec.rng_contract != "unknown"
+
+
 def run_conformance(impl: Sampler, vectors: list[tuple[Rule, Recording]], device: torch.device | None = None,
                     trials: int | None = None, seed: int = 0, alpha: float | None = None) -> list[VectorResult]:
     """Check ``impl`` (a Sampler, e.g. from ``get_impl``) on every vector: token for token when its RNG
@@ -110,7 +119,7 @@ def run_conformance(impl: Sampler, vectors: list[tuple[Rule, Recording]], device
     device = device or torch.device("cpu")
     results, other = [], []
     for rule, rec in vectors:
-        if impl.rng_contract == rec.rng_contract != "unknown":
+        if _replays(impl, rec):
             impl.begin_recording(str(rec.path))
             cmp = run_recording(rec, impl, "recorded", device)
             results.append(VectorResult(rule, rec.path, cmp, _failures(rule, cmp)))

@@ -5,7 +5,8 @@ Model Runner V2's expanded layout (:class:`replay_harness.recording.step.Step`, 
 registry impl and recorded with what it emitted and the routes taken. Requests with sampling pipeline options
 (:mod:`replay_harness.record.sampling_options`) add the step's histories, lists and per-request values, and
 grammar requests their rows of the grammar bitmask (:mod:`replay_harness.record.grammar`), advanced by what the
-sampler emitted.
+sampler emitted. Requests with a verification method (:mod:`replay_harness.record.method_options`) add the step's
+verify_method, fly_* and draft_sampling fields; the step carries the run's RNG contract.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 
 from replay_harness.record.grammar import RequestGrammar
 from replay_harness.record.kv_cache import RequestCaches
+from replay_harness.record.method_options import RequestMethod, method_fields
 from replay_harness.record.model import CausalLM
 from replay_harness.record.sampling_options import PipelineParams, fields_on, step_inputs
 from replay_harness.recording.step import Step
@@ -41,6 +43,7 @@ class Request:
     caches: RequestCaches | None = field(default=None, repr=False)  # its KV caches (decode opens them)
     pipeline: PipelineParams = field(default_factory=PipelineParams)  # penalties, lists, grammar, logprobs
     grammar: RequestGrammar | None = field(default=None, repr=False)  # its grammar state (pipeline.grammar)
+    method: RequestMethod | None = None  # how its drafts are verified (None: no verify_method field)
 
     @property
     def generated(self) -> list[int]:
@@ -59,12 +62,14 @@ class DecodeStats:
 
 
 def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor | None]],
-               on: set[str] = frozenset(), stop_ids: list[int] = ()) -> Step:
+               on: set[str] = frozenset(), stop_ids: list[int] = (), draft_sampling: int | None = None,
+               rng_contract: str = "mrv2") -> Step:
     """Lay out one step (MRV2 expanded layout) from per-request (request, drafts, target rows, draft logits).
 
     target rows: [k+1, V], row i predicts position len(tokens)+i; draft logits: [k, V] or None. ``on``: the
     groups of pipeline fields the step carries (:func:`~replay_harness.record.sampling_options.fields_on`);
-    ``stop_ids``: the min-tokens stop ids.
+    ``stop_ids``: the min-tokens stop ids; ``draft_sampling``: the run's (None: no field); ``rng_contract``: the
+    recording's, which fixes the noise width of the impl's draws.
     """
     cu, drafts, positions, logits, dl = [0], [], [], [], []
     has_dl = any(d is not None for _, ds, _, d in rows if ds)
@@ -98,13 +103,15 @@ def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor |
         seed=torch.tensor([x.seed for x in p], dtype=torch.int64),
         request_ids=torch.tensor([req.request_id for req, *_ in rows], dtype=torch.int64),
         draft_logits=torch.cat(dl, 0) if has_dl else None,
-        **pipeline,
+        rng_contract=rng_contract,
+        **pipeline, **method_fields([req.method for req, *_ in rows], draft_sampling),
     )
 
 
 def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_drafts: int, impl,
            recorder=None, stop_at_eos: bool = True, kv_cache: bool = True,
-           on_step: Callable[[int, Step, Any, bool], None] | None = None) -> DecodeStats:
+           on_step: Callable[[int, Step, Any, bool], None] | None = None, draft_sampling: int | None = None,
+           rng_contract: str = "mrv2") -> DecodeStats:
     """Decode ``requests`` together for up to ``steps`` sampler calls, recording each through ``recorder``.
 
     Per step and request: ``drafter.propose`` gives up to ``num_drafts`` drafts (and their
@@ -119,7 +126,8 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
 
     Requests with pipeline options: each step carries the groups of fields some request uses, the min-tokens
     stop ids being the model's EOS ids; a grammar request whose emitted token its grammar refuses (a sampler
-    that broke the mask) leaves the batch and is listed in ``grammar_refused``.
+    that broke the mask) leaves the batch and is listed in ``grammar_refused``. ``draft_sampling`` and
+    ``rng_contract``: the run's (:func:`build_step`).
     """
     stats = DecodeStats()
     on = fields_on([r.pipeline for r in requests])
@@ -146,7 +154,7 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
                 d_logits = d_logits.to(target.dtype)
             rows.append((req, ds, target, d_logits))
             stats.drafted += len(ds)
-        step = build_step(rows, on, stop_ids)
+        step = build_step(rows, on, stop_ids, draft_sampling, rng_contract)
         result = impl.sample(step)
         written = None
         if recorder is not None:

@@ -9,6 +9,10 @@
   logits (pre-temperature). Greedy requests draft the argmax; stochastic ones
   sample from softmax(draft_logits / temperature) with a generator keyed by
   (seed, position), as stochastic verification requires drafts drawn from q.
+  ``draft_sampling`` (``replay record --draft-sampling``) replaces these draws:
+  greedy drafts the argmax for every request and records no draft logits (one-hot,
+  as vLLM's greedy drafts); probabilistic draws each draft as the RNG contract's
+  drafter does (:func:`contract_draft`; docs/FIXTURES.md "Verification methods").
 * ``draft-model`` — a separate model sharing the target's vocabulary, same
   drafting rule as early exit; records the draft model's logits (pre-temperature).
   The committed pair is ``--model Qwen/Qwen2.5-Coder-1.5B-Instruct --draft-model
@@ -29,7 +33,10 @@ from typing import Any
 import torch
 
 from replay_harness.errors import UsageError
+from replay_harness.oracle.rng import DRAFT_NOISE_SALT
+from replay_harness.oracle.walk import argmax_first, gumbel_draw
 from replay_harness.record.kv_cache import SequenceCache
+from replay_harness.recording.schema import DRAFT_SAMPLING
 
 DRAFTERS = ("ngram", "early-exit", "draft-model")
 
@@ -82,8 +89,36 @@ def _choose(logits: torch.Tensor, temperature: float, seed: int, position: int) 
     return int(torch.multinomial(probs, 1, generator=_draft_generator(seed, position)))
 
 
+def contract_draft(logits: torch.Tensor, temperature: float, seed: int, position: int, fp64: bool = False) -> int:
+    """A probabilistic draft as the contract's drafter draws it: the argmax at temperature 0, else the Gumbel-max
+    of ``logits / T`` (float32) with the noise of ``(seed, position + 2**30)``, float64 under ``mrv2-fp64``
+    (``position``: that of the row verifying the draft; the re-derivation is oracle/drafts.py)."""
+    if temperature == 0.0:
+        return argmax_first(logits)
+    scores = logits.float() / torch.tensor(temperature, dtype=torch.float32)
+    return gumbel_draw(scores, seed, position + DRAFT_NOISE_SALT, fp64=fp64)
+
+
+_SAMPLING = {None: "argmax at temperature 0, else multinomial from softmax(draft_logits/T) keyed by (seed, position)",
+             0: "greedy: the argmax for every request, no draft logits recorded (one-hot drafts)",
+             1: "probabilistic: argmax at temperature 0, else the Gumbel-max of draft_logits/T with the contract's "
+                "noise keyed by (seed, position + 2**30)"}
+
+
 class _ModelDrafter:
     records_draft_logits = True
+    draft_sampling: int | None = None  # None: the draws above; else a code of schema.DRAFT_SAMPLING
+    fp64 = False  # probabilistic draws with the mrv2-fp64 contract's noise
+
+    def _choose(self, logits: torch.Tensor, temperature: float, seed: int, position: int) -> int:
+        if self.draft_sampling is None:
+            return _choose(logits, temperature, seed, position)
+        if DRAFT_SAMPLING[self.draft_sampling] == "greedy":
+            return argmax_first(logits)
+        return contract_draft(logits, temperature, seed, position, self.fp64)
+
+    def _sampling(self) -> dict[str, Any]:
+        return {"sampling": _SAMPLING[self.draft_sampling]}
 
     def _next_logits(self, ids: list[int], cache: SequenceCache | None) -> torch.Tensor:
         """[V] the drafter's logits after ``ids``; ``cache``: this request's (from :meth:`new_cache`) or None."""
@@ -97,8 +132,10 @@ class _ModelDrafter:
         for _ in range(k):
             logits = self._next_logits(ids, cache)
             rows.append(logits)
-            ids.append(_choose(logits, temperature, seed, len(ids)))
+            ids.append(self._choose(logits, temperature, seed, len(ids)))
         drafts = ids[len(tokens):]
+        if self.draft_sampling is not None and DRAFT_SAMPLING[self.draft_sampling] == "greedy":
+            return Proposal(drafts)  # one-hot: greedy drafts carry no probabilities (vLLM's draft_sample_method)
         return Proposal(drafts, torch.stack(rows) if rows else None)
 
 
@@ -120,9 +157,8 @@ class EarlyExitDrafter(_ModelDrafter):
         return self.lm.new_cache()  # the first ``layers`` of its layers fill; it serves this depth only
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "layers": self.layers, "of_layers": self.lm.num_layers, "draft_logits": True,
-                "sampling": "argmax at temperature 0, else multinomial from softmax(draft_logits/T) "
-                            "keyed by (seed, position)"}
+        return {"name": self.name, "layers": self.layers, "of_layers": self.lm.num_layers,
+                "draft_logits": self.draft_sampling != 0, **self._sampling()}
 
 
 def _token_table(lm) -> dict[str, int] | None:
@@ -153,13 +189,23 @@ class DraftModelDrafter(_ModelDrafter):
         return self.draft.new_cache() if hasattr(self.draft, "new_cache") else None
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "model": self.draft.source, "draft_logits": True,
-                "sampling": "argmax at temperature 0, else multinomial from softmax(draft_logits/T) "
-                            "keyed by (seed, position)"}
+        return {"name": self.name, "model": self.draft.source, "draft_logits": self.draft_sampling != 0,
+                **self._sampling()}
 
 
 def make_drafter(name: str, lm, *, early_exit_layers: int | None = None, draft_model: str | None = None,
-                 dtype: str = "float32", draft_gguf_file: str | None = None):
+                 dtype: str = "float32", draft_gguf_file: str | None = None, draft_sampling: int | None = None,
+                 fp64: bool = False):
+    """The drafter ``name``; ``draft_sampling`` (a code of schema.DRAFT_SAMPLING, or None) and ``fp64`` set how a
+    model drafter draws (module docstring; the n-gram drafter's drafts are one-hot whatever they say)."""
+    drafter = _make(name, lm, early_exit_layers, draft_model, dtype, draft_gguf_file)
+    if isinstance(drafter, _ModelDrafter):
+        drafter.draft_sampling, drafter.fp64 = draft_sampling, fp64
+    return drafter
+
+
+def _make(name: str, lm, early_exit_layers: int | None, draft_model: str | None, dtype: str,
+          draft_gguf_file: str | None):
     if name == "ngram":
         return NGramDrafter()
     if name == "early-exit":

@@ -24,10 +24,12 @@ from replay_harness.errors import UsageError
 from replay_harness.limits import check_output
 from replay_harness.record.drafters import DRAFTERS, make_drafter
 from replay_harness.record.decode import Request, SamplingParams, decode
+from replay_harness.record.method_options import MethodText, Methods, probe_step, read_methods
 from replay_harness.record.model import load_model
 from replay_harness.record.sampling_options import PipelineParams, PipelineText, read_pipeline, resolve
 from replay_harness.record.weights import HUB_REPO_ID, PACKAGED, hub_file, versions
 from replay_harness.recording.recorder import Recorder
+from replay_harness.recording.schema import DRAFT_SAMPLING, ROUTE_CODE
 
 DEFAULT_PROMPTS = (
     # Repetitive on purpose: prompt-lookup (n-gram) drafting needs earlier matches to propose anything.
@@ -45,7 +47,8 @@ class RecordOptions:
     Per-request values (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``) are text as on the
     command line: one value for every request, or one per request, comma separated ("0,1.0"). ``pipeline``:
     the sampling pipeline's options as the command line gives them (penalties, bias, allowed ids, bad words,
-    min-tokens, logprobs, grammar: :mod:`replay_harness.record.sampling_options`).
+    min-tokens, logprobs, grammar: :mod:`replay_harness.record.sampling_options`); ``methods``: the verification
+    methods, draft sampling and RNG contract (:mod:`replay_harness.record.method_options`).
     """
 
     prompts: list[str] = field(default_factory=list)  # empty: DEFAULT_PROMPTS
@@ -73,6 +76,7 @@ class RecordOptions:
     stop_at_eos: bool = True
     kv_cache: bool = True             # False (--no-kv-cache): every forward reruns the whole context
     pipeline: PipelineText = field(default_factory=PipelineText)  # --repetition-penalty ... --regex
+    methods: MethodText = field(default_factory=MethodText)  # --verify-method ... --rng-contract
     extra_source: dict[str, Any] = field(default_factory=dict)  # merged into the manifest's source
     inputs: list[str] = field(default_factory=list)  # more files read (--prompts-file): --out may not touch them
 
@@ -139,6 +143,24 @@ def _out_folder(opts: RecordOptions) -> Path:
     return out
 
 
+def _check_methods(methods: Methods, sampler, impl: str) -> str | None:
+    """The contract the steps carry (None: the impl's, as before); UsageError, before the model loads, when the
+    loop's impl does not implement the contract asked for or refuses the methods asked for (the kernels verify the
+    standard way under mrv2 only: record these with --impl reference)."""
+    if methods.rng_contract is not None and methods.rng_contract not in getattr(
+            sampler, "rng_contracts", (getattr(sampler, "rng_contract", "unknown"),)):
+        raise UsageError(f"--rng-contract {methods.rng_contract}: --impl {impl} implements "
+                         f"{getattr(sampler, 'rng_contract', 'unknown')} (record it with --impl reference)")
+    probe = probe_step(methods)
+    if probe is not None:
+        result = sampler.sample(probe)
+        if bool((result.routes == ROUTE_CODE["refused"]).any()):
+            why = "; ".join(result.notes) or "every request refused"
+            raise UsageError(f"--impl {impl} does not sample what --verify-method / --rng-contract ask for ({why}): "
+                             "record them with --impl reference")
+    return methods.rng_contract
+
+
 def _start_pipeline(lm, requests: list[Request]) -> None:
     """Resolve the requests' pipeline options against the model (token ids, bad words) and give each grammar
     request its grammar state (xgrammar, compiled against the model's tokenizer)."""
@@ -165,6 +187,7 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
     out = _out_folder(opts)
     if opts.drafter not in DRAFTERS:
         raise UsageError(f"unknown --drafter '{opts.drafter}' ({', '.join(DRAFTERS)})")
+    methods = read_methods(opts.methods, len(texts), opts.num_drafts, opts.drafter)
     t0 = time.time()
     if opts.impl_timeout is not None and not opts.impl.startswith("exec:"):
         raise UsageError("--impl-timeout is only for external impls (--impl exec:PROGRAM)")
@@ -173,11 +196,14 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
     if draft_name and draft_name not in PACKAGED and not Path(draft_name).exists() and HUB_REPO_ID.match(draft_name):
         hub_file(draft_name, opts.draft_gguf_file or "config.json", "--draft-model")
     with closing(load_impl(opts.impl, resolve_device("cpu"), None, opts.impl_timeout)) as sampler:
+        asked_contract = _check_methods(methods, sampler, opts.impl)
         with loading(opts.model):
             lm = load_model(opts.model, opts.dtype, opts.gguf_file)
         draft = make_drafter(opts.drafter, lm, early_exit_layers=opts.early_exit_layers,
-                             draft_model=opts.draft_model, dtype=opts.dtype, draft_gguf_file=opts.draft_gguf_file)
-        requests = [Request(request_id=i, prompt=t, prompt_ids=lm.encode(t), params=p, pipeline=q)
+                             draft_model=opts.draft_model, dtype=opts.dtype, draft_gguf_file=opts.draft_gguf_file,
+                             draft_sampling=methods.draft_sampling, fp64=methods.fp64)
+        requests = [Request(request_id=i, prompt=t, prompt_ids=lm.encode(t), params=p, pipeline=q,
+                            method=None if methods.requests is None else methods.requests[i])
                     for i, (t, p, q) in enumerate(zip(texts, params, pipeline))]
         _start_pipeline(lm, requests)
         source = {
@@ -186,18 +212,22 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
             "max_bytes": opts.max_bytes, "stop_at_eos": opts.stop_at_eos, "kv_cache": opts.kv_cache,
             "requests": [{"request_id": r.request_id, "prompt": r.prompt, "prompt_tokens": len(r.prompt_ids),
                           "temperature": r.params.temperature, "top_k": r.params.top_k, "top_p": r.params.top_p,
-                          "min_p": r.params.min_p, "seed": r.params.seed, **r.pipeline.describe()}
+                          "min_p": r.params.min_p, "seed": r.params.seed, **r.pipeline.describe(),
+                          **(r.method.describe() if r.method else {})}
                          for r in requests],
+            **({} if methods.draft_sampling is None else {"draft_sampling": DRAFT_SAMPLING[methods.draft_sampling]}),
             "versions": versions(), "torch_threads": torch.get_num_threads(), **opts.extra_source,
         }
-        # the manifest claims the noise contract of the impl that sampled (the built-ins: "mrv2")
-        contract = getattr(sampler, "rng_contract", "unknown")
+        # the manifest claims the noise contract of the impl that sampled (the built-ins: "mrv2"), or the one asked
+        # for, which the impl implements (_check_methods)
+        contract = asked_contract or getattr(sampler, "rng_contract", "unknown")
         with Recorder(out, lm.vocab_size, source=source, rng_contract=contract, max_bytes=opts.max_bytes,
                       every=opts.every, overwrite=opts.overwrite) as rec, decoding(opts.steps) as advance:
             t_decode = time.perf_counter()
             stats = decode(lm, draft, requests, steps=opts.steps, num_drafts=opts.num_drafts, impl=sampler,
                            recorder=rec, stop_at_eos=opts.stop_at_eos, kv_cache=opts.kv_cache,
-                           on_step=lambda i, s, r, w: advance(rec.num_steps))
+                           on_step=lambda i, s, r, w: advance(rec.num_steps), draft_sampling=methods.draft_sampling,
+                           rng_contract=asked_contract or "mrv2")
             decode_seconds = time.perf_counter() - t_decode
     if stats.grammar_refused:
         print(f"replay record: the grammar refused a token --impl {opts.impl} emitted for request(s) "
