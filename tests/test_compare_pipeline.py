@@ -88,7 +88,7 @@ def test_the_tolerance_is_one_e_minus_4_plus_one_e_minus_6_of_the_other_side():
         assert not close(b + 1.01 * tol, b) and not close(b - 1.01 * tol, b)
     assert close(-math.inf, -math.inf)
     assert not close(-math.inf, -1e30) and not close(-1e30, -math.inf)
-    assert not close(math.nan, math.nan) and not close(math.nan, -1.0)
+    assert close(math.nan, math.nan) and not close(math.nan, -1.0) and not close(-1.0, math.nan)  # no finite logit
 
 
 def test_top_n_ids_tied_at_the_nth_value_or_at_minus_inf_are_interchangeable():

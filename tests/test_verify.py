@@ -226,7 +226,7 @@ def test_a_request_where_nothing_could_be_tested_is_not_reported_as_ok(tmp_path)
     assert rc == 0, (out, err)
     row = next(x for x in out.splitlines() if "random-sample" in x)
     assert "not testable" in row and " 1.3 " in row and " ok " not in row
-    assert "1 request(s) not testable" in out.strip().splitlines()[-1]  # (then: tests without power, if any)
+    assert any(line.strip() == "1 request(s) not testable" for line in out.strip().splitlines()[:-1])
 
 
 def test_parse_steps():
@@ -280,7 +280,7 @@ def test_cli_stochastic_passes_on_a_small_synthetic_recording(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["fixtures/no-such-recording"], "no such file"),
     (["fixtures/real-founding", "--steps", "9"], "step 9 does not exist"),
-    (["fixtures/real-founding", "--trials", "1"], "--trials must be at least 2"),
+    (["fixtures/real-founding", "--trials", "1"], "--trials must be from 2 to"),
     (["fixtures/real-founding", "--alpha", "2"], "--alpha must lie in (0, 1)"),
     (["--impl", "no-such-impl"], "unknown impl"),
 ])

@@ -110,7 +110,10 @@ def contract_for(impl: Sampler, rec: Recording) -> str:
     """The RNG contract ``impl`` replays ``rec`` under: the recording's when the impl implements several and that
     one among them (``rng_contracts``, e.g. the reference's mrv2 and mrv2-fp64: Step.rng_contract fixes the
     width), else the impl's own."""
-    return rec.rng_contract if rec.rng_contract in getattr(impl, "rng_contracts", ()) else impl.rng_contract
+    several = getattr(impl, "rng_contracts", ())
+    # a list that does not hold the impl's own contract is inherited, not declared (a subclass of the reference
+    # that declares another contract): the impl's own then
+    return rec.rng_contract if impl.rng_contract in several and rec.rng_contract in several else impl.rng_contract
 
 
 def replay_step(cmp: Comparison, rec: Recording, index: int, impl: Sampler, against: str | Sampler,
