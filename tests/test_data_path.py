@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as st_save
 
 from helpers import cli, documented_step_digest, main_inproc
+from replay_harness.recording.schema import SCHEMA_MINOR
 from replay_harness.impls import get_impl
 from replay_harness.errors import InputError
 from replay_harness.recording import digest as registry
@@ -43,7 +44,7 @@ def _written(tmp_path: Path, steps: int = 3) -> Path:
 def test_new_step_files_are_plain_safetensors_byte_for_byte(tmp_path):
     rec = Recording(_written(tmp_path))
     assert rec.manifest["digest_algorithm"] == "xxh3-128" and len(rec.manifest["digest"]) == 32
-    assert rec.manifest["schema_minor"] == 1 and rec.manifest["write_stats"]["steps"] == 3
+    assert rec.manifest["schema_minor"] == SCHEMA_MINOR == 2 and rec.manifest["write_stats"]["steps"] == 3
     for i, file in enumerate(rec.files):
         ours, raw_meta = read_step_file(file)
         theirs = load_file(str(file))  # safetensors' own reader
