@@ -14,7 +14,8 @@ Limits are checked before anything is allocated (a header claiming 2 GiB is refu
 length and its JSON, never by reading the 2 GiB). Exceeding one is an :class:`InputError` (exit 2)
 naming file, step, field, the limit and the variable. Only regular files are read (no FIFO, device or
 socket: opening one would block or never end); symlinks are followed and their target checked. No command
-writes into, over or around one of its inputs, nor over a FIFO, socket or device (:func:`check_output`).
+writes into, over or around one of its inputs, nor over a FIFO, socket or device (:func:`check_output`, through
+replay_harness.guarded: docs/HARDENING.md, "Writes and deletes").
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 from replay_harness.errors import InputError, UsageError
+from replay_harness.guarded import claim
 
 
 @dataclass(frozen=True)
@@ -111,11 +113,6 @@ def read_regular(path: str | os.PathLike, limit: Limit, *, field: str | None = N
         raise InputError(path, f"cannot read ({os_reason(e)})", field=field) from None
 
 
-def _overlap(a: Path, b: Path) -> bool:
-    """True when ``a`` is ``b``, inside it, or holds it (resolved paths)."""
-    return a == b or a in b.parents or b in a.parents
-
-
 def special_kind(path: str | os.PathLike) -> str | None:
     """What an existing ``path`` is when it is neither a regular file nor a folder once symlinks are resolved
     ("a FIFO", "a socket", "a character device", "a block device"); None otherwise (also when it does not
@@ -139,19 +136,16 @@ def check_special_output(out: str | os.PathLike | None, option: str) -> None:
                          "(nothing was written)")
 
 
-def check_output(out: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
-    """UsageError (exit 2) when the output ``out`` of ``option`` is a FIFO, a socket or a device
-    (:func:`check_special_output`), or is, is inside, or contains one of ``inputs``: writing (or --overwrite
-    deleting) there would destroy an input. Checked before any work or deletion."""
+def check_output(out: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str, *,
+                 folder: bool = True, overwrite: bool = False) -> None:
+    """UsageError (exit 2), before any work or deletion, when the output ``out`` of ``option`` (a ``folder``, or a
+    file) is a FIFO, a socket or a device (:func:`check_special_output`), or is, lies inside or (a folder)
+    holds one of ``inputs``: by place through the mount table (a bind mount is the folder it shows) and by
+    identity (st_dev, st_ino) of the entry, of every folder above it and of everything under the inputs
+    (replay_harness.guarded.claims). Writing (or --overwrite deleting) there would destroy an input. The
+    check's claim (the parent folder's descriptor, the inputs) is what the output's writer uses; ``overwrite``:
+    the folder will be replaced in place, so it may not be a symlink (refused here rather than by the writer)."""
     if out is None:
         return
     check_special_output(out, option)
-    target = Path(os.path.realpath(out))
-    for src in inputs:
-        if src is None or not os.path.exists(src):
-            continue
-        source = Path(os.path.realpath(src))
-        if _overlap(target, source):
-            how = "is" if target == source else ("is inside" if source in target.parents else "contains")
-            raise UsageError(f"{option} {out}: {how} the input {src}; name an output apart from the inputs "
-                             "(nothing was written or deleted)")
+    claim(out, inputs, option, folder=folder, overwrite=overwrite)

@@ -20,7 +20,7 @@ from helpers import main_inproc
 
 REPO = Path(__file__).resolve().parent.parent
 MIXED = REPO / "fixtures" / "synthetic-mixed"
-SYNTH = ("--batch", "4", "--vocab", "1000", "--steps", "1")
+SYNTH = ("--batch", "4", "--vocab", "1000", "--num-steps", "1")
 
 
 def _tree(folder: Path) -> dict:
@@ -45,7 +45,7 @@ def test_synth_symlinked_steps_into_out_keeps_the_input(tmp_path):
     code, out, err = main_inproc("synth", str(slrec), "--out", str(real), "--overwrite", *SYNTH)
     assert code == 2, (out, err)
     line = _one_error(err)
-    assert "is the input" in line and "nothing was written or deleted" in line
+    assert "contains the input" in line and "slrec/steps" in line and "nothing was written or deleted" in line
     assert _tree(real) == before and len(list((real / "steps").iterdir())) == len(before) - 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["real", "slrec"]  # no staging folder left
 
@@ -99,7 +99,7 @@ def test_synth_overwrite_swaps_in_a_complete_recording(tmp_path, monkeypatch):
     """The old recording stays whole until the new one is complete: a failure while writing leaves it (and
     no staging folder); a success replaces it with exactly the new steps."""
     out = tmp_path / "out"
-    assert main_inproc("synth", str(MIXED), "--out", str(out), "--batch", "4", "--vocab", "1000", "--steps", "3")[0] == 0
+    assert main_inproc("synth", str(MIXED), "--out", str(out), "--batch", "4", "--vocab", "1000", "--num-steps", "3")[0] == 0
     old = _tree(out)
     import replay_harness.recording.derive as derive
 
@@ -113,7 +113,7 @@ def test_synth_overwrite_swaps_in_a_complete_recording(tmp_path, monkeypatch):
 
     monkeypatch.setattr(derive, "derive_steps", one_then_full)
     code, _, err = main_inproc("synth", str(MIXED), "--out", str(out), "--overwrite", "--batch", "4", "--vocab",
-                               "1000", "--steps", "2")
+                               "1000", "--num-steps", "2")
     assert code == 3 and _tree(out) == old, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     monkeypatch.undo()
@@ -199,14 +199,11 @@ def test_json_file_written_after_the_check_names_the_path_on_failure(tmp_path, m
     import replay_harness.cli.common as common
 
     target = tmp_path / "doc.json"
-    real_fdopen = os.fdopen
 
-    def full(fd, *a, **k):
-        f = real_fdopen(fd, *a, **k)
-        f.write = lambda text: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
-        return f
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "fdopen", full)
+    monkeypatch.setattr(os, "fsync", full)
     code, _, err = main_inproc("inspect", str(MIXED), "--json-file", str(target))
     monkeypatch.undo()
     assert code == 3, err

@@ -16,7 +16,10 @@ ours/vllm/flashinfer/torch in the kernel benchmark). :func:`pivot` turns the row
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
+
+from replay_harness.guarded import write_file
 
 ID_COLUMNS = ["case", "impl", "label", "side", "family", "overrides", "recording", "data", "step", "group",
               "route_mix", "vocab", "requests", "rows", "max_drafts", "top_p", "dtype", "mode", "timed", "clock",
@@ -48,12 +51,20 @@ def long_rows(records: list[dict], env: dict) -> list[dict]:
     return rows
 
 
-def write(path: str | Path, records: list[dict], env: dict) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for row in long_rows(records, env):
-            w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+def render(records: list[dict], env: dict) -> str:
+    """The CSV text of ``records`` and ``env`` (:func:`long_rows`; csv's own line ends, \\r\\n)."""
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    for row in long_rows(records, env):
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def write(path: str | Path, records: list[dict], env: dict, option: str = "--csv") -> None:
+    """Write the CSV to ``path`` atomically through the claim of its check (replay_harness.guarded: never over
+    an input, a FIFO, a socket or a device; an OS error is exit 3 naming ``option`` and the path)."""
+    write_file(path, render(records, env), option, "the CSV")
 
 
 def pivot(rows: list[dict]) -> tuple[dict, list[dict]]:

@@ -22,7 +22,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 
 from replay_harness.cli.command import Command, Group  # noqa: F401 (every command's class, here too)
-from replay_harness.errors import EnvironmentProblem, UsageError, printable
+from replay_harness.errors import UsageError, printable
 
 
 
@@ -306,9 +306,10 @@ def num_steps(count: Optional[int], legacy: Optional[int], default: int, command
 
 def check_output_file(path: Optional[str], inputs: Any, option: str) -> None:
     """Refuse an output file PATH of ``option`` before any work (UsageError, exit 2, not an internal error
-    after the work that also hides the verdict): an existing folder, a folder that does not exist or cannot
-    be written, or a path that is, holds or lies inside one of ``inputs`` (what the command reads: writing
-    there would destroy it)."""
+    after the work that also hides the verdict): a FIFO, socket or device, an existing folder, a folder that
+    does not exist or cannot be written, or a path that is or lies inside one of ``inputs`` (what the command
+    reads: writing there would destroy it) by place or identity (limits.check_output). The check's claim (the
+    folder's descriptor, the inputs) is what :func:`write_json_file` and the --csv / --png writers use."""
     import os
 
     from replay_harness.limits import check_output, check_special_output
@@ -318,12 +319,7 @@ def check_output_file(path: Optional[str], inputs: Any, option: str) -> None:
     check_special_output(path, option)  # a FIFO, socket or device: never opened, never replaced
     if os.path.isdir(path):
         raise UsageError(f"{option} {path}: is a folder; name a file")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"{option} {path}: folder {folder} does not exist")
-    check_output(path, list(inputs or ()), option)
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UsageError(f"{option} {path}: cannot write there (permission denied)")
+    check_output(path, list(inputs or ()), option, folder=False)
 
 
 CHECKED_JSON_FILE: list[str] = []  # the --json-file path that passed its check: main writes an error there
@@ -337,35 +333,16 @@ def check_json_file(path: Optional[str], inputs: Any = ()) -> None:
 
 
 def write_json_file(path: Optional[str], text: str) -> None:
-    """Write ``text`` (a JSON document, as printed) to ``path`` atomically (a temp file beside it, then a
-    rename: a reader never sees half a document); nothing when ``path`` is None. A FIFO, socket or device
-    that appeared at ``path`` since its check is left alone (UsageError, exit 2); a failed write (disk full,
-    the folder gone) is EnvironmentProblem (exit 3) naming ``--json-file PATH``."""
-    import os
-    import tempfile
-
-    from replay_harness.limits import check_special_output, os_reason
+    """Write ``text`` (a JSON document, as printed) to ``path`` atomically through the claim its check made
+    (replay_harness.guarded: a temp file in the folder checked, then a rename; a reader never sees half a
+    document); nothing when ``path`` is None. An input or a FIFO, socket or device that appeared at ``path``
+    since its check is left alone (UsageError, exit 2); a failed write (disk full, the folder gone) is
+    EnvironmentProblem (exit 3) naming ``--json-file PATH``."""
+    from replay_harness.guarded import write_file
 
     if path is None:
         return
-    check_special_output(path, "--json-file")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                   dir=os.path.dirname(os.path.abspath(path)))
-        with os.fdopen(fd, "w") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
-        check_special_output(path, "--json-file")
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        raise EnvironmentProblem(f"--json-file {path}: cannot write the JSON document ({os_reason(e)})") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    write_file(path, text if text.endswith("\n") else text + "\n", "--json-file", "the JSON document")
 
 
 def device_opt(cpu_note: str) -> Any:

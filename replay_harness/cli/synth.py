@@ -35,29 +35,26 @@ def synth(
 
     Example: replay synth fixtures/real-founding --out /tmp/v248k --batch 64 --drafts 4 --vocab 248320
     """
-    import os
     from pathlib import Path
 
-    from replay_harness.limits import check_output
+    from replay_harness.guarded import Inputs
+    from replay_harness.limits import check_special_output
     from replay_harness.recording.derive import write_derived
     from replay_harness.recording.store import Recording
-    from replay_harness.recording.swap import check_replace, discard, staging_folder, swap_into_place
+    from replay_harness.recording.swap import claim_replace, write_replacing
 
     steps = num_steps(count, steps, DEFAULT_STEPS, "synth")
-    check_output(out_path, [source], "--out")  # a FIFO or a device; the input's own path, inside, around
-    check_replace(out_path, source, overwrite=overwrite)  # the input under another path; not a recording
+    check_special_output(out_path, "--out")  # a FIFO or a device: never opened, never replaced
+    claim = claim_replace(out_path, Inputs([source]), overwrite=overwrite)  # the input by place or identity
     check_json_file(json_file, [source, out_path])
-    staged = staging_folder(out_path)
-    try:  # the new recording is written beside --out and swapped in once complete (never delete first)
-        write_derived(source, staged, batch=batch, drafts=drafts, vocab=vocab, steps=steps, seed=seed,
-                      overwrite=True)
-        check_replace(out_path, source, overwrite=overwrite)  # again: nothing may have moved in meanwhile
-        swap_into_place(staged, out_path)
-        staged = None
-    finally:
-        discard(staged)
-    path = os.path.realpath(out_path) if os.path.islink(out_path) else out_path
-    manifest = Recording(path).manifest
+    written: dict = {}
+
+    def write(staged: str) -> None:  # beside --out, swapped in once complete (never delete first)
+        write_derived(source, staged, batch=batch, drafts=drafts, vocab=vocab, steps=steps, seed=seed, overwrite=True)
+        written.update(Recording(staged).manifest)  # read before the swap: --out's path may name another by then
+
+    write_replacing(claim, write)
+    manifest = written
     if as_json or json_file:
         print_json(manifest, json_file=json_file, stdout=as_json)  # --json: the derived manifest
     if not as_json:

@@ -1,6 +1,9 @@
 """`replay validate`: check recordings against the fixture schema (the rules: replay_harness.recording.validate)."""
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import typer
 
 from replay_harness.cli.common import (JsonFileOpt, JsonOpt, NanOpt, NegInfOpt, RecordingsArg, check_json_file, out,
@@ -42,14 +45,11 @@ def _validate_one(path: str, nan: str, neg_inf: str, clean_tmp: bool, as_json: b
 
     rec = Recording(path, nan=nan, neg_inf=neg_inf)
     problems = check_recording(rec, nan=nan, neg_inf=neg_inf)
-    removed = []
-    for tmp in rec.temp_files():
-        if clean_tmp:
-            tmp.unlink(missing_ok=True)
-            removed.append(str(tmp))
-        else:
-            problems.append(InputError(tmp, "temp file of an interrupted writer (`replay validate --clean-tmp "
-                                            f"{path}` deletes it)", warning=True))
+    removed = [str(p) for p in remove_temp_files(rec.path)] if clean_tmp else []
+    for tmp in rec.temp_files():  # with --clean-tmp: the ones behind a symlinked or mounted steps/, left alone
+        what = ("not deleted: it lies behind a steps/ that is a symlink or a mount point" if clean_tmp else
+                f"`replay validate --clean-tmp {path}` deletes it")
+        problems.append(InputError(tmp, f"temp file of an interrupted writer ({what})", warning=True))
     errors = [p for p in problems if not p.warning]
     neg_inf_rows = sum(map(is_neg_inf_row, problems))
     if not as_json:
@@ -64,3 +64,28 @@ def _validate_one(path: str, nan: str, neg_inf: str, clean_tmp: bool, as_json: b
             "neg_inf_rows": neg_inf_rows,
             "problems": [{"file": p.file, "step": p.step, "field": p.field, "message": p.message,
                           "severity": "warning" if p.warning else "error"} for p in problems]}
+
+
+def remove_temp_files(folder: Path) -> list[Path]:
+    """Delete the temp files a killed writer left in the recording ``folder`` (``.*.tmp``, regular files only, in
+    the folder and its own steps/), relative to the folder's descriptor (replay_harness.guarded): never through
+    a steps/ that is a symlink or a mount point. The paths deleted."""
+    from replay_harness.errors import UsageError
+    from replay_harness.guarded import TMP_SUFFIX, Folder
+
+    removed = []
+    with Folder.at(folder) as top:
+        folders = [(top, folder)]
+        try:
+            folders.append((top.subfolder("steps", create=False), folder / "steps"))
+        except (OSError, UsageError):
+            pass
+        for here, shown in folders:
+            for name in here.listdir():
+                entry = here.lstat(name)
+                if name.startswith(".") and name.endswith(TMP_SUFFIX) and entry and stat.S_ISREG(entry.st_mode):
+                    here.delete(name)
+                    removed.append(shown / name)
+        for here, _ in folders[1:]:
+            here.close()
+    return sorted(removed)

@@ -135,7 +135,8 @@ def _out_folder(opts: RecordOptions) -> Path:
     """The recording folder, refused before the model loads (seconds) rather than after; never one that is,
     holds or lies inside an input (the model folder or file, the draft model, ``opts.inputs``)."""
     out = Path(opts.out_path or f"recordings/record-{time.strftime('%Y%m%d-%H%M%S')}")
-    check_output(out, [opts.model, opts.draft_model, *opts.inputs, *opts.pipeline.inputs()], "--out")
+    check_output(out, [opts.model, opts.draft_model, *opts.inputs, *opts.pipeline.inputs()], "--out",
+                 overwrite=opts.overwrite)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: is a file, not a folder (name a new or empty folder)")
     if out.exists() and out.is_dir() and any(out.iterdir()) and not opts.overwrite:

@@ -6,7 +6,8 @@ memory straight into a temp file with ``os.write`` (no serialised copy of the st
 was written is started every :data:`WRITEBACK_BYTES` (``posix_fadvise(DONTNEED)``, so the disk works while
 the rest is copied into the page cache and the final ``fsync`` waits for the tail only), and the content
 digest (digest.py) is computed on a second thread over the same memory at the same time. Then fsync,
-rename over the target, fsync the folder: a crash loses at most the step in flight.
+rename over the target, fsync the folder, relative to the folder's descriptor (replay_harness.guarded): a
+crash loses at most the step in flight.
 
 Tensors are laid out like safetensors' own writer lays them out (element size descending, then name), so
 every tensor starts at a multiple of its element size and a reader can view it in place.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +31,7 @@ import torch
 from safetensors import safe_open
 
 from replay_harness.errors import InputError
+from replay_harness.guarded import TMP_SUFFIX, Folder
 from replay_harness.limits import MAX_MANIFEST_BYTES, MAX_STEP_BYTES, MAX_VOCAB, enforce, os_reason, regular_file
 from replay_harness.recording.digest import canonical_json, tensor_digest
 from replay_harness.recording.schema import METADATA_KEY
@@ -38,16 +39,12 @@ from replay_harness.recording.schema import METADATA_KEY
 __all__ = ["write_step_file", "encode_step", "read_step_file", "StepFileProblem", "check_step_file", "file_header",
            "DTYPES", "TMP_SUFFIX"]
 
-TMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target (an orphan: a killed writer)
 CHUNK_BYTES = 16 << 20      # bytes handed to one os.write / readinto call
 WRITEBACK_BYTES = 16 << 20  # start the disk's write-back after every this many bytes written
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I32": torch.int32,
           "I64": torch.int64, "I8": torch.int8, "U8": torch.uint8, "F64": torch.float64, "I16": torch.int16,
           "BOOL": torch.bool}
 _NAMES = {v: k for k, v in DTYPES.items()}
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)  # read the process umask (os.umask can only be read by setting it)
 
 _hasher: ThreadPoolExecutor | None = None
 _hasher_lock = threading.Lock()
@@ -125,6 +122,7 @@ def _write_all(fd: int, parts: list[memoryview], every: int = WRITEBACK_BYTES,
 
 
 def _fsync_folder(folder: Path) -> None:
+    """fsync a folder by path (tools/probe_write_back.py's variants; replay's writes fsync their folder's descriptor)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -132,28 +130,34 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, parts: list, phases: dict[str, float] | None = None) -> None:
-    """Write ``parts`` (bytes-like) to a temp file beside ``path``, fsync, rename over ``path``, fsync the folder.
+def atomic_write(path: Path, parts: list, phases: dict[str, float] | None = None, folder: Folder | None = None) -> None:
+    """Write ``parts`` (bytes-like) to a temp file beside ``path``, fsync, rename over ``path``, fsync the folder,
+    all relative to ``folder``'s descriptor (replay_harness.guarded: created O_EXCL | O_NOFOLLOW, never renamed
+    over an input, a FIFO, a socket or a device); without ``folder``, ``path``'s folder is opened once here.
 
-    The file gets the mode a plain ``open()`` would give (0666 minus the umask), not mkstemp's 0600.
+    The file gets the mode a plain ``open()`` would give (0666 minus the umask).
     ``phases``: seconds added per phase (``write``: create + the os.write calls, ``fsync``: the file's
     fsync, ``publish``: rename + the folder's fsync), where the time of a write path goes."""
     marks = [time.perf_counter()]
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+    own = folder is None
+    here = Folder.at(path.parent) if folder is None else folder
     try:
+        fd, tmp = here.create_temp(path.name)
         try:
-            os.fchmod(fd, 0o666 & ~_UMASK)
-            _write_all(fd, [memoryview(p) for p in parts])
-            marks.append(time.perf_counter())
-            os.fsync(fd)
-            marks.append(time.perf_counter())
+            try:
+                _write_all(fd, [memoryview(p) for p in parts])
+                marks.append(time.perf_counter())
+                os.fsync(fd)
+                marks.append(time.perf_counter())
+            finally:
+                os.close(fd)
+            here.publish(tmp, path.name)
+            tmp = None
         finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_folder(path.parent)
+            here.discard(tmp)
+    finally:
+        if own:
+            here.close()
     marks.append(time.perf_counter())
     if phases is not None:
         for name, a, b in zip(("write", "fsync", "publish"), marks, marks[1:]):
@@ -161,8 +165,9 @@ def atomic_write(path: Path, parts: list, phases: dict[str, float] | None = None
 
 
 def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], algorithm: str,
-                    phases: dict[str, float] | None = None) -> str:
-    """Write one step file atomically; returns its content digest (``algorithm``, digest.py).
+                    phases: dict[str, float] | None = None, folder: Folder | None = None) -> str:
+    """Write one step file atomically (:func:`atomic_write`, in ``folder`` when given); returns its content
+    digest (``algorithm``, digest.py).
 
     ``tensors``: contiguous CPU tensors by fixture name. The digest is computed on the digest thread while
     this thread writes; both read the tensors' own memory (one pass each, no copy). ``phases``: as
@@ -170,7 +175,7 @@ def write_step_file(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str
     order = _layout(tensors)
     digest = in_digest_thread(tensor_digest, tensors, meta, algorithm)
     try:
-        atomic_write(path, [file_header(tensors, meta), *(_bytes_of(tensors[n]) for n in order)], phases)
+        atomic_write(path, [file_header(tensors, meta), *(_bytes_of(tensors[n]) for n in order)], phases, folder)
     finally:
         start = time.perf_counter()
         value = digest.result()  # never leave the digest thread reading memory the caller may reuse

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from replay_harness.errors import InputError
+from replay_harness.errors import InputError, UsageError
+from replay_harness.guarded import claimed
 from replay_harness.limits import MAX_MANIFEST_BYTES, MAX_VOCAB, enforce, os_reason, read_regular
 from replay_harness.recording import digest as registry
 from replay_harness.recording.digest import algorithm_of, canonical_json, recording_digest, tensor_digest
@@ -121,12 +123,19 @@ class RecordingWriter:
     def __init__(self, path: str | os.PathLike, *, vocab_size: int, rng_contract: str = "mrv2",
                  source: dict[str, Any] | None = None, synthetic: bool = False, overwrite: bool = False):
         self.path = Path(path)
-        if self.path.exists() and any(self.path.iterdir()) and not overwrite:
+        claim = claimed(self.path, "--out", folder=True)  # the check's descriptor and inputs (record, synth)
+        try:
+            if overwrite and claim.via_link:
+                raise UsageError(f"{claim.path}: is a symlink; --overwrite does not replace what a link names (name "
+                                 "the folder itself)")
+            self._folder = claim.target(create=True)
+        finally:
+            claim.close()
+        if not overwrite and self._folder.listdir():
             raise InputError(self.path, "output folder exists and is not empty (pass --overwrite to replace it)")
-        if overwrite and (self.path / MANIFEST).exists():
-            for f in (self.path / STEPS_DIR).glob("*.safetensors"):
-                f.unlink()
-        (self.path / STEPS_DIR).mkdir(parents=True, exist_ok=True)
+        if overwrite and self._folder.lstat(MANIFEST) is not None:
+            self._clear_steps()
+        self._steps = self._folder.subfolder(STEPS_DIR, create=True)
         self.manifest: dict[str, Any] = {
             "schema": RECORDING_SCHEMA_ID, "schema_minor": SCHEMA_MINOR,
             "vocab_size": int(vocab_size), "rng_contract": rng_contract, "synthetic": bool(synthetic),
@@ -138,8 +147,24 @@ class RecordingWriter:
         self.write_stats: dict[str, Any] = {"steps": 0, "bytes": 0, "seconds": 0.0, "phases": {}}
         self._write_manifest()
 
+    def _clear_steps(self) -> None:
+        """--overwrite of a recording in place: delete its step files, relative to the folder's descriptor; a
+        steps/ that is a symlink is unlinked (never followed), one that is a mount point is refused."""
+        st = self._folder.lstat(STEPS_DIR)
+        if st is None:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            self._folder.delete(STEPS_DIR)
+            return
+        with self._folder.subfolder(STEPS_DIR, create=False) as steps:
+            for name in steps.listdir():
+                entry = steps.lstat(name)
+                if name.endswith(".safetensors") and entry is not None and not stat.S_ISDIR(entry.st_mode):
+                    steps.delete(name)
+
     def _write_manifest(self) -> None:
-        atomic_write(self.path / MANIFEST, [(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()])
+        atomic_write(self.path / MANIFEST, [(json.dumps(self.manifest, indent=2, sort_keys=True) + "\n").encode()],
+                     folder=self._folder)
 
     def write_step(self, step: Step, emitted: Emitted, meta: dict[str, Any] | None = None,
                    row_max: dict[str, torch.Tensor] | None = None) -> Path:
@@ -159,7 +184,7 @@ class RecordingWriter:
         stats = self.write_stats
         stats["phases"]["check"] = stats["phases"].get("check", 0.0) + time.perf_counter() - start
         self._digests.append(write_step_file(file, tensors, step_meta, self.manifest["digest_algorithm"],
-                                             stats["phases"]))
+                                             stats["phases"], folder=self._steps))
         stats["steps"] += 1
         stats["bytes"] += sum(t.numel() * t.element_size() for t in tensors.values())
         stats["seconds"] += time.perf_counter() - start
@@ -180,8 +205,12 @@ class RecordingWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
+        try:
+            if exc_type is None:
+                self.close()
+        finally:
+            self._steps.close()
+            self._folder.close()
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -1,164 +1,111 @@
-"""Replacing an output recording without ever deleting an input: identity checks, a staging folder, the swap.
+"""Replacing an output recording without ever deleting an input: the checks, a staging folder, the swap.
 
-`replay synth --out DIR --overwrite` (docs/HARDENING.md, "Output paths") compares files and folders by
-identity (st_dev, st_ino: the same file under another path, through a symlink, a hard link or a bind mount,
-is the same file) before anything is written or deleted; writes the new recording into a staging folder
-beside DIR; and only once it is complete swaps it into place (an atomic exchange where the kernel offers
-one, else two renames), deleting the old recording last.
+`replay synth --out DIR [--overwrite]` and the pytest plugin's ``--replay-update`` (docs/HARDENING.md,
+"Writes and deletes") write a recording this way, through :mod:`replay_harness.guarded`:
+
+1. :func:`claim_replace`, before any work: DIR checked against the inputs (place through the mount table,
+   identity of DIR, of every folder above it and of everything under it, symlinks not followed); an existing
+   non-empty DIR needs ``overwrite``, must be a recording (``manifest.json``), may hold no mount point, no
+   input and no more than WALK_LIMIT entries, and may not itself be a symlink or a mount point;
+2. :func:`write_replacing`: the new recording is written into a staging folder beside DIR, made and held open
+   through DIR's parent's descriptor; DIR is checked again; the staging folder is swapped into place (an
+   atomic ``renameat2(RENAME_EXCHANGE)`` relative to that descriptor where the kernel offers it, else two
+   renames); the old recording is deleted last, never following a link nor crossing a mount. An error or
+   Ctrl-C while writing leaves the old recording as it was and removes the staging folder.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
 import os
-import shutil
 import stat
-import tempfile
-from pathlib import Path
+from typing import Callable, Iterable
 
 from replay_harness.errors import UsageError
+from replay_harness.guarded import Claim, Inputs, claim, claims
 
 MANIFEST = "manifest.json"
-STEPS = "steps"
-WALK_LIMIT = 100_000  # entries of an output folder looked at before --overwrite refuses it (not a recording)
 
 
-def _ident(st: os.stat_result) -> tuple[int, int]:
-    return st.st_dev, st.st_ino
+def claim_replace(out: str | os.PathLike, inputs: Inputs | Iterable, *, overwrite: bool,
+                  option: str = "--out") -> Claim:
+    """Check the output recording folder ``out`` against ``inputs`` before any work (UsageError, exit 2, when
+    writing it could touch an input or replacing it could delete more than a recording: see the module
+    docstring); the claim :func:`write_replacing` writes through."""
+    c = claim(out, inputs, option, folder=True, overwrite=overwrite, swap=True)
+    _check_old(c, overwrite)
+    return c
 
 
-def input_identities(source: str | os.PathLike) -> dict[tuple[int, int], str]:
-    """(st_dev, st_ino) -> path of what a recording reads, symlinks resolved: its folder, manifest.json,
-    steps/ and every file in steps/ (the same file reached by another path has the same identity)."""
-    found: dict[tuple[int, int], str] = {}
-    folder = Path(source)
-    candidates = [folder, folder / MANIFEST, folder / STEPS]
-    try:
-        candidates += sorted((folder / STEPS).iterdir())
-    except OSError:
-        pass
-    for p in candidates:
-        try:
-            found.setdefault(_ident(os.stat(p)), str(p))
-        except OSError:
-            continue
-    return found
-
-
-def check_replace(out: str | os.PathLike, source: str | os.PathLike, *, overwrite: bool,
-                  option: str = "--out") -> None:
-    """UsageError (exit 2), before anything is written or deleted, when writing the recording ``out`` could
-    touch the recording ``source``, or replacing it could delete more than a recording:
-
-    * ``out`` exists and is not a folder; or is a non-empty folder without ``overwrite``; or, with it, a
-      non-empty folder that is not a recording (no manifest.json) or that holds another file system;
-    * ``out``, a folder above it, or anything under it (symlinks not followed; each entry's own identity
-      and, for a symlink, its target's) is one of the source's folder, manifest, steps/ or step files
-      (:func:`input_identities`): a bind mount, a symlink or a hard link of the input."""
-    out = Path(out)
-    if os.path.lexists(out) and not out.is_dir():
-        raise UsageError(f"{option} {out}: is a file, not a folder (name a new or empty folder)")
-    inputs = input_identities(source)
-
-    def clash(p: Path, st: os.stat_result) -> None:
-        hit = inputs.get(_ident(st))
-        if hit is not None:
-            raise UsageError(f"{option} {out}: {p} is the input {hit} under another path (a bind mount, a symlink "
-                             "or a hard link); name an output apart from the input (nothing was written or deleted)")
-
-    real = Path(os.path.realpath(out))
-    for p in [real, *real.parents]:  # the output, or a folder that holds it, is the input
-        try:
-            clash(p, os.stat(p))
-        except OSError:
-            continue
-    if not out.is_dir():
+def _check_old(c: Claim, overwrite: bool) -> None:
+    old = c.existing()
+    if old is None:
         return
-    entries = os.listdir(out)
-    if not entries:
-        return
-    if not overwrite:
-        raise UsageError(f"{option} {out}: folder exists and is not empty (pass --overwrite to replace it)")
-    if not (out / MANIFEST).is_file():
-        raise UsageError(f"{option} {out}: not a recording (no {MANIFEST}); --overwrite replaces only a recording")
-    top = os.stat(out)
-    seen = 0
-    for folder, dirs, files in os.walk(out, followlinks=False):
-        for name in dirs + files:
-            seen += 1
-            if seen > WALK_LIMIT:
-                raise UsageError(f"{option} {out}: holds more than {WALK_LIMIT:,} files; --overwrite replaces "
-                                 "only a recording")
-            p = Path(folder) / name
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            clash(p, st)
-            if stat.S_ISLNK(st.st_mode):
-                try:
-                    clash(p, os.stat(p))
-                except OSError:
-                    pass
-            elif st.st_dev != top.st_dev:
-                raise UsageError(f"{option} {out}: {p} is on another file system (a mount point); --overwrite "
-                                 "does not delete across one")
+    with old:
+        if not old.listdir():
+            return
+        if not overwrite:
+            raise UsageError(f"{c.label}: folder exists and is not empty (pass --overwrite to replace it)")
+        if not old.is_file(MANIFEST):
+            raise UsageError(f"{c.label}: not a recording (no {MANIFEST}); --overwrite replaces only a recording")
+        old.check_tree(c.label)
 
 
-def staging_folder(out: str | os.PathLike) -> Path:
-    """A new empty folder beside ``out`` (same file system, so the swap is a rename): ``.NAME.RANDOM.tmp``;
-    the folders above ``out`` are made when missing."""
-    out = Path(os.path.abspath(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    umask = os.umask(0o022)
-    os.umask(umask)
-    os.chmod(staged, 0o777 & ~umask)  # the mode a plain mkdir gives, not mkdtemp's 0700
-    return staged
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically exchange the folders ``a`` and ``b`` (Linux renameat2 RENAME_EXCHANGE); False when the
-    kernel, the C library or the file system does not offer it."""
+def write_replacing(c: Claim, write: Callable[[str], object]) -> None:
+    """``write(staged)`` writes the new recording into the staging folder ``staged`` (a path; its writer gets
+    the descriptor held for it); then it is swapped in for the output of ``c`` (:func:`swap_into_place`)."""
+    staged = c.staging()
+    name: str | None = os.path.basename(staged)
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
-        return False
-    raise OSError(code, os.strerror(code), str(b))
+        write(staged)
+        _check_old(c, c.overwrite)  # again: nothing may have moved in meanwhile
+        swap_into_place(c, name)
+        name = None
+    finally:
+        discard(c, name)
+        claims.forget(staged)
+        claims.forget(c.path)
 
 
-def swap_into_place(staged: Path, out: str | os.PathLike) -> None:
-    """Put the complete recording ``staged`` at ``out``; the recording that was there (checked by
-    :func:`check_replace`) is deleted only after the new one is in place. A missing or empty ``out`` is
+def swap_into_place(c: Claim, staged: str) -> None:
+    """Put the complete recording ``staged`` (an entry of the output's parent) at the output of ``c``; the
+    recording that was there is deleted only after the new one is in place. A missing or empty output is
     simply replaced by a rename."""
-    out = Path(out)
-    if out.is_symlink():
-        out = Path(os.path.realpath(out))  # the folder the link names is the output, the link stays
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        os.replace(staged, out)
+    base = c.parent()
+    st = base.lstat(c.name)
+    if st is None or (stat.S_ISDIR(st.st_mode) and not _holds_anything(base, c.name)):
+        base.rename_entry(staged, c.name)
         return
-    if _exchange(staged, out):
-        shutil.rmtree(staged)  # now the old recording
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", suffix=".tmp", dir=out.parent))
-    os.replace(out, old)  # onto the empty folder just made
+    if base.exchange(staged, c.name):
+        old = staged
+    else:
+        old = base.make_temp_folder(f"{c.name}.old")
+        base.rename_entry(c.name, old)  # onto the empty folder just made
+        try:
+            base.rename_entry(staged, c.name)
+        except BaseException:
+            base.rename_entry(old, c.name)  # put the old recording back
+            raise
     try:
-        os.replace(staged, out)
-    except BaseException:
-        os.replace(old, out)  # put the old recording back
-        raise
-    shutil.rmtree(old)
+        base.remove_tree(old)
+    except UsageError as e:
+        raise UsageError(f"{c.label}: the new recording is in place, but the old one (now "
+                         f"{os.path.join(base.shown, old)}) was not deleted: {e}") from None
 
 
-def discard(staged: Path | None) -> None:
+def _holds_anything(base, name: str) -> bool:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=base.fd)
+    except OSError:
+        return True
+    try:
+        return bool(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def discard(c: Claim, staged: str | None) -> None:
     """Remove a staging folder that did not make it into place (an error, Ctrl-C); never raises."""
     if staged is not None:
-        shutil.rmtree(staged, ignore_errors=True)
+        try:
+            c.parent().remove_tree(staged)
+        except (OSError, UsageError):
+            pass

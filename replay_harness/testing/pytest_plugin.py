@@ -143,27 +143,36 @@ def _update_once(config, rec, impl, device, impl_args) -> None:
 def _update(config, rec, impl, device, impl_args) -> tuple[str, Path]:
     """("wrote", REC.updated): the recording's steps with what ``impl`` emits now as the expected answer, written
     only when that answer differs from the recorded one; else ("unchanged", REC). ``source.updated_from`` is the
-    input's path relative to the pytest rootdir."""
+    input's path relative to the pytest rootdir. REC.updated lies beside the recording's own folder (``.`` is
+    resolved first), is written like ``replay synth --out REC.updated --overwrite`` (recording/swap.py: a
+    staging folder swapped in; never an input, a symlink or a mount point) and replaces only a recording."""
     import os
 
     from replay_harness.api import replay
     from replay_harness.recording.store import RecordingWriter
+    from replay_harness.recording.swap import claim_replace, write_replacing
 
     results = replay(rec, impl, device=device, impl_args=impl_args)
     answers = [_answer(res) for res in results]
     if not any(_differs(record.emitted, answer) for record, answer in zip(rec, answers)):
         return "unchanged", rec.path
-    out = Path(f"{rec.path}{UPDATED}")
+    folder = rec.path if rec.path.name not in ("", ".", "..") else rec.path.resolve()
+    out = folder.parent / f"{folder.name}{UPDATED}"
     label = impl if isinstance(impl, str) else getattr(impl, "name", type(impl).__name__)
     try:
         origin = os.path.relpath(rec.path.resolve(), Path(config.rootpath).resolve())
     except ValueError:  # another drive (Windows): the folder's name
         origin = rec.path.name
     source = {**rec.manifest.get("source", {}), "updated_from": Path(origin).as_posix(), "updated_by": str(label)}
-    with RecordingWriter(out, vocab_size=rec.vocab_size, rng_contract=rec.rng_contract, source=source,
-                         synthetic=rec.synthetic, overwrite=True) as w:
-        for record, answer in zip(rec, answers):
-            w.write_step(record.step, answer)
+    claim = claim_replace(out, [rec.path], overwrite=True, option="--replay-update")
+
+    def write(staged: str) -> None:
+        with RecordingWriter(staged, vocab_size=rec.vocab_size, rng_contract=rec.rng_contract, source=source,
+                             synthetic=rec.synthetic, overwrite=True) as w:
+            for record, answer in zip(rec, answers):
+                w.write_step(record.step, answer)
+
+    write_replacing(claim, write)
     return "wrote", out
 
 

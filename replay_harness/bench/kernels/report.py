@@ -9,6 +9,7 @@ from pathlib import Path
 from replay_harness.bench import csvlog
 from replay_harness.bench.kernels.checks import FAILED
 from replay_harness.bench.kernels.settings import SERIAL_V, Settings
+from replay_harness.guarded import Folder
 
 PEER_FAMILIES = ("vllm", "flashinfer", "torch")
 
@@ -109,12 +110,15 @@ def markdown(env: dict, copy: dict, peers: dict, cfg: Settings, checks: list, ro
 
 def write_outputs(out: Path, env: dict, copy: dict, peers: dict, cfg: Settings, checks: list, rows: list,
                   skipped: list, final: bool) -> None:
+    """bench.json, bench.csv and bench.md in ``out`` (made when missing), each written atomically relative to the
+    folder's descriptor (replay_harness.guarded)."""
     out.mkdir(parents=True, exist_ok=True)
     doc = dict(env=env, copy_bandwidth=copy, peers=peers, settings=cfg.to_dict(), checks=checks, skipped=skipped,
                rows=rows, elapsed_s=round(cfg.elapsed(), 1), complete=final)
-    (out / "bench.json").write_text(json.dumps(doc, indent=1, default=str))
-    csvlog.write(out / "bench.csv", rows, env)
-    (out / "bench.md").write_text(markdown(env, copy, peers, cfg, checks, rows, skipped))
+    with Folder.at(out) as folder:
+        folder.write_file("bench.json", json.dumps(doc, indent=1, default=str).encode())
+        folder.write_file("bench.csv", csvlog.render(rows, env).encode())
+        folder.write_file("bench.md", markdown(env, copy, peers, cfg, checks, rows, skipped).encode())
 
 
 def print_headline(out: Path, env: dict, copy: dict, peers: dict, cfg: Settings, checks: list, rows: list) -> None:
