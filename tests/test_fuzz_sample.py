@@ -29,11 +29,12 @@ def fuzz(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict, s
 
 
 def test_a_seeded_sample_of_corrupted_recordings_fails_nothing(tmp_path):
-    code, doc, text = fuzz(tmp_path, "--cases", "48", "--seed", "7", "--per-case", "1", "--subprocess-every", "0")
+    code, doc, text = fuzz(tmp_path, "--cases", "56", "--seed", "7", "--per-case", "1", "--subprocess-every", "0")
     assert doc["failures"] == [], text
-    assert code == 0 and doc["failed"] == 0 and doc["cases"] == 48
-    # every kind ran (48 cases rotate over the 20 corruption and 4 attack kinds), every read command ran
-    assert len(doc["by_kind"]) == 24 and min(doc["by_kind"].values()) == 2
+    assert code == 0 and doc["failed"] == 0 and doc["cases"] == 56
+    # every kind ran (56 cases rotate over the 20 corruption, 4 attack and 4 command-line kinds), every read
+    # command ran
+    assert len(doc["by_kind"]) == 28 and min(doc["by_kind"].values()) == 2
     assert {"validate", "inspect", "run", "audit", "bench"} <= set(doc["by_command"])
     assert doc["forged_lines"] == doc["orphans"] == doc["modified_inputs"] == 0
     # bad input was refused as bad input, and the controls passed

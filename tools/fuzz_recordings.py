@@ -8,7 +8,10 @@ headers, sparse files claiming GiBs, wrong dtypes / shapes / fields, NaN and -in
 manifests, FIFOs, symlinks, unreadable files, temp leftovers, bad step indices), then the read commands
 run on it (validate, inspect, run, audit, bench on the CPU; ``--per-case`` of them, in rotation) inside a
 few long-lived worker processes (tools/fuzz/worker.py); about one case in ``--subprocess-every`` runs one
-command as a real `python -m replay_harness.cli` child instead, half of those with a SIGINT.
+command as a real `python -m replay_harness.cli` child instead, half of those with a SIGINT. Command-line
+attacks (tools/fuzz/cli_kinds.py) run too: failing stdout / stderr (in a child: /dev/full, a pipe without
+reader, a closed descriptor), torchrun's variables, `bench --plot-from` special files, hostile `--steps`.
+``--budget-s`` stops starting cases after that many seconds.
 
 A failure is a traceback, an "internal error", an exit code outside {0, 1, 2, 4}, more than one error
 line, stderr lines that are not replay's, a modified input tree, a peak RSS rise over the bound, or a
@@ -182,6 +185,8 @@ def drive(args) -> dict:
     last_print = t0
     try:
         while queue or any(s.case is not None for s in slots):
+            if args.budget_s and time.monotonic() - t0 > args.budget_s:
+                queue.clear()  # no new case past the budget; the ones in flight finish
             for s in slots:
                 if s.proc is None and queue:  # replaced after a hang, started when there is work for it
                     s.start()
@@ -324,6 +329,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--limit", action="append", metavar="NAME=VALUE", help="a fuzz limit other than the "
                    "default (REPLAY_MAX_STEP_BYTES=67108864, REPLAY_MAX_MANIFEST_BYTES=1048576, REPLAY_MAX_VOCAB=262144)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds one command may take (default 30)")
+    p.add_argument("--budget-s", type=float, default=0.0, help="start no case after this many seconds (0: no "
+                                                                "budget; the summary counts the cases run)")
     p.add_argument("--keep-failures", type=int, default=50, help="failures listed in the JSON (default 50)")
     p.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines")
     p.add_argument("--out", help="write the summary JSON here")

@@ -365,25 +365,42 @@ def pair_diagnosis(kind: str, too_many: bool, unit: UnitReport, a: Outcomes) -> 
 
 
 def parse_steps(text: str | None, num_steps: int) -> list[int]:
-    """'0,2,5-7' -> step indices (all when None); raises ValueError with the reason."""
+    """'0,2,5-7' -> step indices in the order first named, each once (all when None); raises ValueError with
+    the reason. Linear in the text and the steps selected (a range is checked by its ends, a repeat found in
+    a set): 40,000 steps parse in milliseconds."""
     if text is None:
         return list(range(num_steps))
     out: list[int] = []
+    seen: set[int] = set()
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"cannot read {part!r} (examples: 0  0,2  1-3)")
-        rng = range(int(lo), int(hi) + 1) if sep else [int(lo)]
-        for i in rng:
-            if i >= num_steps:
-                raise ValueError(f"step {i} does not exist (the recording has {num_steps} steps)")
-            if i not in out:
+        if not _index(lo) or (sep and not _index(hi)):
+            raise ValueError(f"cannot read {part[:40]!r}" + ("..." if len(part) > 40 else "")
+                             + " (examples: 0  0,2  1-3)")
+        first, last = _bounded(lo, num_steps), _bounded(hi, num_steps) if sep else _bounded(lo, num_steps)
+        if first <= last and last >= num_steps:
+            bad = str(max(first, num_steps)) if first < 10 ** 18 else lo[:18] + "..."
+            raise ValueError(f"step {bad} does not exist (the recording has {num_steps} steps)")
+        for i in range(first, last + 1):
+            if i not in seen:
+                seen.add(i)
                 out.append(i)
     if not out:
         raise ValueError("no step selected")
     return out
+
+
+def _index(text: str) -> bool:
+    """A step index as --steps writes it: ASCII digits ('²' and other Unicode digits are not)."""
+    return text.isascii() and text.isdigit()
+
+
+def _bounded(digits: str, num_steps: int) -> int:
+    """The index ``digits`` names, or ``num_steps`` for one past every step (a 5,000-digit index is never
+    converted: Python refuses integers that long)."""
+    return int(digits) if len(digits) <= 18 else max(num_steps, 10 ** 18)
 
 
 __all__ = ["Check", "UnitReport", "VerifyReport", "RequestLaw", "request_law", "softmax64", "chi_square",

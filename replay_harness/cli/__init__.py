@@ -10,6 +10,7 @@ commands in the order `replay --help` lists them, and maps every error to one li
 from __future__ import annotations
 
 import errno
+import io
 import os
 import signal
 import socket
@@ -54,6 +55,7 @@ INTERRUPT_GRACE_S = 1.0  # after Ctrl-C, the seconds a command has to unwind bef
 _WAKEUP: list[socket.socket] = []  # the signal wakeup socket pair
 _REPORTED = threading.Event()  # "replay: interrupted" was printed (once, by whichever path gets there first)
 _SIGNALLED = threading.Event()  # SIGINT or SIGTERM arrived: an error it caused (a killed program) is exit 130
+_ERROR_LINE = threading.Event()  # this run of main printed its one error line (_fail)
 
 
 def _version(value: bool) -> None:
@@ -158,10 +160,14 @@ def _fail(kind: str, message: str, code: int) -> None:
     if _SIGNALLED.is_set() and code != 130:  # the error is the interrupt's doing (a program it killed)
         _interrupted()
     err.print(printable(f"replay: {kind}: {message}"))  # one line: a newline or escape from a path is escaped
+    _ERROR_LINE.set()
     doc = json.dumps({"schema": "replay.error/1", "error": message, "kind": kind, "exit_code": code},
                      sort_keys=True)
     if "--json" in sys.argv[1:]:
-        print(doc)
+        try:
+            print(doc)
+        except _OutputLost:  # stdout cannot take it: the error line above is the one line, the code stands
+            pass
     for path in CHECKED_JSON_FILE:
         try:
             write_json_file(path, doc)
@@ -212,10 +218,109 @@ def _path_in_trace(e: BaseException) -> str | None:
     return None
 
 
+class _OutputLost(BaseException):
+    """stdout could not take what a command printed (a full disk, an I/O error, a closed descriptor): raised in
+    the main thread at the failed write, so the command stops there (:func:`main` makes it exit 3). A
+    BaseException, so no ``except Exception`` of a command takes it for its own error."""
+
+
+class _GuardedStream:
+    """sys.stdout or sys.stderr while :func:`main` runs (docs/HARDENING.md, "stdout and stderr"): every write
+    and flush of every printer (print, the rich consoles, click) goes through it, so a failure of the stream
+    is decided here once, never a traceback:
+
+    * EPIPE (the reader left: ``| head``, ``| grep -q``): the rest of what goes to this stream is dropped and
+      the command runs on; its exit code is its own (0 ok, 1 divergence, ...), never 1 for the pipe;
+    * any other failure of stdout (ENOSPC on a full disk, EIO, EBADF, a closed file): the command stops at
+      that write (:class:`_OutputLost`, main thread; another thread's output is dropped); the output is
+      incomplete, so it exits 3 with one line (2 or 3 and its own line when it had failed already);
+    * any failure of stderr: what goes to stderr is dropped (a diagnostic cannot be shown anywhere); the
+      exit code stands;
+    * text the stream's encoding cannot hold (``PYTHONIOENCODING=ascii``): written with backslash escapes;
+    * a stream that was closed when replay started (``>&-``; :func:`entry` puts /dev/null on the
+      descriptor): everything written is dropped, as into /dev/null."""
+
+    def __init__(self, name: str, stream: object):
+        self.name, self.error = name, None  # error: the first OSError (or ValueError) of the stream
+        self.stream = stream if stream is not None else io.StringIO()
+        self.gone = stream is None  # nothing more is written
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # click's probe for a binary stream: this is a text stream
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if not self.gone:
+            try:
+                try:
+                    self.stream.write(text)
+                except UnicodeEncodeError:
+                    encoding = getattr(self.stream, "encoding", None) or "ascii"
+                    self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+            except (OSError, ValueError) as e:
+                self._failed(e)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError) as e:
+                self._failed(e)
+
+    def _failed(self, e: Exception) -> None:
+        self.gone, self.error = True, e
+        if self.lost and threading.current_thread() is threading.main_thread():
+            raise _OutputLost(self.name)
+
+    @property
+    def lost(self) -> bool:
+        """stdout failed for a reason other than its reader leaving: the output is incomplete."""
+        return self.name == "stdout" and self.error is not None and getattr(self.error, "errno", None) != errno.EPIPE
+
+    def reason(self) -> str:
+        e = self.error
+        return (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
+
+    def __getattr__(self, name: str) -> object:  # isatty, fileno, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+
 def main() -> None:
-    """One line and a documented exit code for every error, never a traceback (raises SystemExit). The
-    process-level Ctrl-C guard (:func:`_watch_interrupts`, which may end the process) is installed by
-    :func:`entry` only, so calling ``main`` inside another program (tests, the fuzz workers) leaves it alone."""
+    """One line and a documented exit code for every error, never a traceback (raises SystemExit), whatever
+    happens to stdout and stderr (:class:`_GuardedStream`). The process-level Ctrl-C guard
+    (:func:`_watch_interrupts`, which may end the process) is installed by :func:`entry` only, so calling
+    ``main`` inside another program (tests, the fuzz workers) leaves it alone; the streams are restored when
+    it returns."""
+    _ERROR_LINE.clear()
+    saved = sys.stdout, sys.stderr
+    streams = _GuardedStream("stdout", sys.stdout), _GuardedStream("stderr", sys.stderr)
+    sys.stdout, sys.stderr = streams
+    try:
+        try:
+            _main()
+            code: object = 0
+        except SystemExit as e:
+            code = e.code
+        except _OutputLost:
+            code = None  # stopped at the failed write
+        for stream in streams:
+            try:
+                stream.flush()  # buffered output fails here, if at all: decided here, not at exit
+            except _OutputLost:
+                pass
+        if streams[0].lost:  # the output is incomplete: one line (unless the command printed its own error line)
+            if not _ERROR_LINE.is_set():
+                sys.stderr.write(printable(f"replay: error: cannot write to stdout ({streams[0].reason()}): the "
+                                           "output is incomplete") + "\n")
+                sys.stderr.flush()
+            if code not in (EXIT_BAD_INPUT, EXIT_ENVIRONMENT, 130):  # a verdict no one could read: exit 3
+                code = EXIT_ENVIRONMENT
+    finally:
+        sys.stdout, sys.stderr = saved
+    sys.exit(code)
+
+
+def _main() -> None:
+    """:func:`main`'s work: the command, every error mapped to one line and an exit code (raises SystemExit)."""
     _quiet_warnings()
     CHECKED_JSON_FILE.clear()
     completion.enable_completion()
@@ -256,24 +361,45 @@ def main() -> None:
 def entry() -> None:
     """The ``replay`` console script and ``python -m replay_harness.cli``: :func:`main`, then flush and end
     the process at once with its exit code. Interpreter teardown (torch's threads and static destructors)
-    is skipped, so a Ctrl-C that arrives while it runs cannot turn exit 130 into an abort."""
+    is skipped, so a Ctrl-C that arrives while it runs cannot turn exit 130 into an abort. A standard
+    descriptor (0, 1, 2) that is closed gets /dev/null first (:func:`_open_standard_fds`)."""
     try:
+        _open_standard_fds()
         _watch_interrupts()
         main()
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if isinstance(e.code, str):
-            sys.stderr.write(e.code + "\n")
+        if isinstance(e.code, str) and sys.stderr is not None:
+            try:
+                sys.stderr.write(e.code + "\n")
+            except (OSError, ValueError):
+                pass
     except KeyboardInterrupt:  # landed after main() had handled everything
         code = 130
     _kill_programs()  # os._exit runs no finalizer: no external program may outlive replay
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def _open_standard_fds() -> None:
+    """Put /dev/null on each of the descriptors 0, 1, 2 that is closed (``replay ... >&-``). Else the next file
+    replay opens (a step file, a socket, an output) would get that number, and whatever writes to 1 or 2 (a
+    library's C code, an ``exec:`` program that inherits it) would write into that file. Python left
+    ``sys.stdout`` None for a descriptor closed at its start: what replay prints there is dropped."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 if __name__ == "__main__":

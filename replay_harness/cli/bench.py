@@ -129,11 +129,9 @@ def bench(
     if plot_from:
         if not png:
             raise UsageError("--plot-from needs --png OUT.png")
-        from replay_harness.bench.report import plot_rows, read_csv
-
-        rows = read_csv(plot_from)
+        rows = _plot_csv(plot_from)
         try:
-            plot_rows(rows, png)
+            _plot(rows, png)
         except ImportError:
             from replay_harness.errors import EnvironmentProblem
             raise EnvironmentProblem("--png needs matplotlib (pip install 'replay-sampler-harness[bench]')") from None
@@ -149,7 +147,7 @@ def bench(
     from replay_harness.bench.shard import bench_units
     from replay_harness.compare import distributed
     from replay_harness.bench.overrides import Overrides
-    from replay_harness.bench.report import csv_rows, dumps, plot_rows, print_tables, to_json, write_csv
+    from replay_harness.bench.report import csv_rows, dumps, print_tables, to_json, write_csv
     from replay_harness.compare.runner import load_impl, resolve_device
     from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
@@ -255,11 +253,71 @@ def bench(
             _print_baseline(compared, result.verdict, code)
     if png:
         try:
-            plot_rows(rows, png)
+            _plot(rows, png)
         except ImportError:
             err.print(f"replay: warning: matplotlib is not installed: {png} not written; render it later with "
                       f"`replay bench --plot-from {csv_file or 'BENCH.csv'} --png {png}`")
     raise typer.Exit(code)
+
+
+# --plot-from reads at most this much: about 5,800 measurements (2.9 KB each in the long layout), an A/B bench
+# of 2,900 steps, more than a plot shows one by one; reading and drawing that takes ~15 s and ~0.5 GB.
+MAX_PLOT_CSV_BYTES = 16 << 20
+
+
+def _plot_csv(path: str) -> list[dict]:
+    """The rows of the CSV ``--plot-from`` names (bench/report.read_csv), read only when it is a regular file
+    of at most MAX_PLOT_CSV_BYTES: a FIFO (which would block), a device (``/dev/zero`` never ends), a socket
+    or a folder is exit 2 at once, and so is a file whose rows lack a column the plot draws. The file is
+    opened without blocking, checked through that descriptor, then read through it (``/proc/self/fd``), so
+    what was checked is what is read."""
+    import os
+    import stat
+
+    from replay_harness.bench.report import PLOT_COLUMNS, read_csv
+    from replay_harness.errors import InputError
+    from replay_harness.limits import os_reason
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise UsageError(f"--plot-from {path}: cannot read ({os_reason(e)})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                                                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                                                 (stat.S_ISDIR, "a folder")) if test(st.st_mode)), "a special file")
+            raise UsageError(f"--plot-from {path}: is {kind}, not a regular file (name the CSV `replay bench --csv` "
+                             "wrote)")
+        if st.st_size > MAX_PLOT_CSV_BYTES:
+            raise UsageError(f"--plot-from {path}: {st.st_size:,} bytes, over the {MAX_PLOT_CSV_BYTES:,} bytes a plot "
+                             "is drawn from (plot part of the bench: a --csv of fewer steps)")
+        pinned = f"/proc/self/fd/{fd}"
+        try:
+            rows = read_csv(pinned if os.path.exists(pinned) else path)
+        except InputError as e:  # named by the path given, not by the descriptor
+            raise InputError(path, e.message) from None
+    finally:
+        os.close(fd)
+    if any(not PLOT_COLUMNS <= row.keys() for row in rows):  # the long layout's columns under other names
+        raise InputError(path, "not a `replay bench` CSV (expected columns " + ", ".join(sorted(PLOT_COLUMNS)) + ")")
+    return rows
+
+
+def _plot(rows: list[dict], png: str) -> None:
+    """bench/report.plot_rows with text drawn as written: no mathtext, no TeX, so a recording or impl name
+    holding ``$`` or ``\\`` (``rec$\\frac{1}{$``) is a label, not a formula matplotlib fails to parse after the
+    tables were printed; matplotlib's warnings (a glyph the font lacks) are not replay's to print."""
+    import warnings
+
+    import matplotlib
+
+    from replay_harness.bench.report import plot_rows
+
+    with matplotlib.rc_context({"text.usetex": False, "text.parse_math": False}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plot_rows(rows, png)
 
 
 def _print_baseline(compared, verdict, code: int) -> None:

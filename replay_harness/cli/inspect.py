@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 from replay_harness.cli import tables
 
@@ -33,11 +36,37 @@ def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileO
         warn_recording(rec)
     if as_json or json_file:
         # one shape whatever the number of recordings (docs/INTEGRATION.md, "JSON documents")
-        print_json({"schema": "replay.inspect/1", "recordings": [s for _, s in summaries]}, json_file=json_file,
-                   stdout=as_json)
+        with _room_for(max((_depth(s["source"]) for _, s in summaries), default=0)):
+            print_json({"schema": "replay.inspect/1", "recordings": [s for _, s in summaries]}, json_file=json_file,
+                       stdout=as_json)
     if not as_json:
         for path, s in summaries:
             _print_table(path, s)
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value`` (a JSON value) nests lists and objects, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+@contextmanager
+def _room_for(depth: int) -> Iterator[None]:
+    """Recursion room to print a JSON document holding a value ``depth`` levels deep: the printer takes a few
+    frames a level, and a valid manifest's ``source`` may nest as deep as its parser allowed (nearly the
+    recursion limit), so ``inspect --json`` prints any source it read instead of an internal error."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, limit + 4 * depth))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _print_table(path: str, s: dict) -> None:

@@ -16,6 +16,10 @@ from replay_harness.cli.common import (ImplTimeoutOpt, JsonFileOpt, JsonOpt, Nan
 from replay_harness.errors import EXIT_INCONCLUSIVE, EXIT_MISMATCH, EXIT_OK, UsageError
 
 MAX_FAILURE_LINES = 20
+# --trials at most: memory and runtime grow linearly with it (a request's outcomes are held at once: tokens
+# alone are trials x (k + 1) x 8 bytes, 136 MB at this bound with k = 16); a probability is then resolved to
+# about 3 / sqrt(trials) = 0.3%. A larger value would run out of memory, not verify better.
+MAX_TRIALS = 1_000_000
 ImplOpt = impl_opt("Sampler implementation to verify (`replay impls`).")
 ImplArgOpt = impl_arg_opt("(exec:PROGRAM), repeatable.")
 DeviceOpt = device_opt("On the CPU, Triton impls run under TRITON_INTERPRET=1 (slow).")
@@ -29,8 +33,8 @@ def verify(
     impl: ImplOpt = "reference",
     trials: int = typer.Option(400, "--trials", metavar="N",
                                help="Runs of every request, each with its own seed (half of them twins: same seed, "
-                                    "shifted positions), plus half as many for the position test. Runtime is linear in "
-                                    "it; power grows with it."),
+                                    "shifted positions), plus half as many for the position test. Runtime and memory "
+                                    "are linear in it; power grows with it; at most 1,000,000."),
     steps: Optional[str] = typer.Option(None, "--steps", metavar="STEPS",
                                         help="Steps to verify in every recording, e.g. 0 or 0,2 or 1-3 (default: "
                                              "all)."),
@@ -71,8 +75,8 @@ def verify(
     from replay_harness.checks.verify import VerifyReport, builtin_steps, finalize, parse_steps, verify_units
     from replay_harness.compare import distributed
 
-    if trials < 2:
-        raise UsageError(f"--trials must be at least 2, got {trials}")
+    if not 2 <= trials <= MAX_TRIALS:
+        raise UsageError(f"--trials must be from 2 to {MAX_TRIALS:,}, got {trials}")
     if not 0 < alpha < 1:
         raise UsageError(f"--alpha must lie in (0, 1), got {alpha:g}")
     check_json_file(json_file, paths)

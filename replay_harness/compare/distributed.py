@@ -29,6 +29,7 @@ import heapq
 import os
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, ContextManager, Iterator, Sequence
@@ -43,14 +44,36 @@ TIMING_ENV = "REPLAY_DIST_TIMING"  # "1": each rank prints where its wall time w
 Unit = tuple[int, int]  # (recording index, step index)
 
 
+# The most ranks a job may have: assign() keeps one heap entry per rank, and no job replay runs comes near it.
+MAX_WORLD_SIZE = 1 << 20
+
+
 def launched() -> bool:
     """True when torchrun (or any launcher setting WORLD_SIZE > 1) started this process as one of several."""
     return world_size() > 1
 
 
 def world_size() -> int:
-    """The number of processes of the job (WORLD_SIZE; 1 without a launcher)."""
-    return max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
+    """The number of processes of the job (WORLD_SIZE; 1 without a launcher, or when it is empty)."""
+    return _launcher_int("WORLD_SIZE", 1, 1, MAX_WORLD_SIZE)
+
+
+def _launcher_int(name: str, default: int | None, low: int, high: int) -> int:
+    """The launcher's variable ``name`` as a whole number in [low, high]; ``default`` when it is unset or empty
+    (None: it must be set). Anything else is EnvironmentProblem (exit 3): one line naming the variable, its
+    value and the range, never a ValueError or KeyError (docs/HARDENING.md, "No internal error")."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        if default is not None:
+            return default
+        raise EnvironmentProblem(f"{name} is not set, but WORLD_SIZE={os.environ.get('WORLD_SIZE')} says this is one "
+                                 f"of several processes: start replay with torchrun, or unset WORLD_SIZE")
+    text = raw.strip()
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+    if value is None or not low <= value <= high:
+        raise EnvironmentProblem(f"{name}={raw[:40]!r}: expected a whole number from {low} to {high} (a variable "
+                                 f"of the launcher, torchrun)")
+    return value
 
 
 def timeout_s() -> float:
@@ -152,7 +175,8 @@ class Shard:
 
         values: list[Any] = [None] * self.world_size
         try:
-            dist.all_gather_object(values, value)
+            with _native_stderr_quiet():
+                dist.all_gather_object(values, value)
         except Exception as e:
             raise EnvironmentProblem(f"rank {self.rank}: the other ranks did not answer within {timeout_s():g} s "
                                      f"(set {TIMEOUT_ENV}): {_line(e)}") from None
@@ -175,8 +199,12 @@ def this_shard() -> Shard:
     """This process's Shard from the launcher's environment. Without ``LOCAL_WORLD_SIZE`` (a launcher other than
     torchrun) the host's ranks are taken to have a GPU each: ranks share GPUs only where the launcher says how
     many there are."""
-    return Shard(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)),
-                 int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    world = world_size()
+    rank = _launcher_int("RANK", None, 0, world - 1)
+    local_world = _launcher_int("LOCAL_WORLD_SIZE", 1, 1, world)
+    set_locally = bool(os.environ.get("LOCAL_WORLD_SIZE", "").strip())
+    local_rank = _launcher_int("LOCAL_RANK", 0, 0, (local_world if set_locally else world) - 1)
+    return Shard(rank, world, local_rank, local_world)
 
 
 def backend_for(shard: Shard) -> str:
@@ -204,7 +232,8 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
     try:
         if torch.cuda.is_available():
             torch.cuda.set_device(shard.gpu())
-        dist.init_process_group(backend, timeout=timedelta(seconds=seconds))
+        with _native_stderr_quiet():
+            dist.init_process_group(backend, timeout=timedelta(seconds=seconds))
     except Exception as e:
         raise EnvironmentProblem(f"rank {shard.rank}: cannot join the {backend} process group: {_line(e)}") from None
     marks.append(("join", time.perf_counter()))
@@ -222,13 +251,15 @@ def run_sharded(body: Callable[[Shard], Any]) -> list[Any] | None:
         marks.append(("work", time.perf_counter()))
         parts: list[Any] | None = [None] * shard.world_size if shard.rank == 0 else None
         try:  # with the step digests this rank remembered: rank 0's digest check need not read those steps
-            dist.gather_object((*sent, registry.export()), parts, dst=0)
+            with _native_stderr_quiet():
+                dist.gather_object((*sent, registry.export()), parts, dst=0)
         except Exception as e:
             raise EnvironmentProblem(f"rank {shard.rank}: the other ranks did not answer within {seconds:g} s "
                                      f"(set {TIMEOUT_ENV}): {_line(e)}") from None
         marks.append(("gather", time.perf_counter()))
     finally:
-        dist.destroy_process_group()
+        with _native_stderr_quiet():
+            dist.destroy_process_group()
     if os.environ.get(TIMING_ENV) == "1":
         _print_timing(shard.rank, marks)
     if parts is None:
@@ -305,6 +336,32 @@ def map_units(units: Sequence[Any], sizes: Sequence[int],
 def unit_sizes(step_files: Sequence[os.PathLike]) -> list[int]:
     """Bytes of each step file (0 when it cannot be read: reading the step reports it properly)."""
     return [_size(f) for f in step_files]
+
+
+@contextmanager
+def _native_stderr_quiet() -> Iterator[None]:
+    """While torch.distributed joins, gathers or leaves the group: descriptor 2 on /dev/null, so c10d's own
+    C++ log lines and stacks (a refused or timed-out rendezvous writes some 5 KB of them) never reach the
+    terminal; what went wrong is the one line of the exception it raises (:func:`_line`). REPLAY_DEBUG=1
+    keeps them."""
+    if os.environ.get("REPLAY_DEBUG"):
+        yield
+        return
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 def _line(e: Exception) -> str:

@@ -30,7 +30,7 @@ STEP_SCHEMA_ID = f"{STEP_SCHEMA}/{SCHEMA_MAJOR}"            # each step file's m
 # ----------------------------------------------------------------------------- layout on disk
 MANIFEST = "manifest.json"
 STEPS_DIR = "steps"
-STEP_RE = re.compile(r"^step-([0-9]{6,})\.safetensors$")  # ASCII digits only (\d takes any Unicode digit)
+STEP_RE = re.compile(r"^step-([0-9]{6,})\.safetensors\Z")  # ASCII digits; \Z: "$" would take a final newline
 METADATA_KEY = "replay"  # the one safetensors metadata key (one key keeps header order stable)
 
 

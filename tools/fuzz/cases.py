@@ -8,7 +8,9 @@ replay_harness/recording/schema.py, NaN and -inf rows, broken or oversize manife
 /dev/zero, to a FIFO, loops, dangling), files and folders without permission, temp-file leftovers,
 duplicate / missing / stray step indices, and big-but-legal sparse steps (to bound peak RSS); and attacks
 beyond the recording (tools/fuzz/hostile_kinds.py): control characters in names and strings, special files
-as output paths, `synth --overwrite` onto its own input, hostile `exec:` programs.
+as output paths, `synth --overwrite` onto its own input, hostile `exec:` programs; and on the command line
+(tools/fuzz/cli_kinds.py): failing stdout / stderr, torchrun's variables, `bench --plot-from` special files and
+hostile CSVs, hostile `--steps` / `--trials`.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import random
 import shutil
 from pathlib import Path
 
+from tools.fuzz.cli_kinds import hostile_steps, plot_from, stdout_failure, torchrun_env
 from tools.fuzz.files import FUZZ_LIMITS, REPO, Case, MiB, steps_of
 from tools.fuzz.folder_kinds import (bad_manifest, fifo_in_place, oversize_manifest, step_indices, symlinks,
                                      tmp_leftovers, unreadable, valid)
@@ -39,13 +42,15 @@ KINDS = {f.__name__.replace("_", "-"): f for f in (
     truncated_step, garbled_bytes, garbled_header_json, huge_shape_claim, sparse_oversize, sparse_within_limit,
     wrong_dtype, wrong_shape, missing_or_extra_field, nonfinite_rows, bad_values, bad_step_metadata, bad_manifest,
     oversize_manifest, fifo_in_place, symlinks, unreadable, tmp_leftovers, step_indices, valid,
-    control_chars, special_output, synth_overwrite, exec_hostile)}
+    control_chars, special_output, synth_overwrite, exec_hostile, stdout_failure, torchrun_env, plot_from,
+    hostile_steps)}
 STACKABLE = ("truncated-step", "garbled-bytes", "wrong-dtype", "wrong-shape", "nonfinite-rows", "bad-values",
              "bad-step-metadata", "bad-manifest", "tmp-leftovers", "step-indices", "missing-or-extra-field")
 
 
 NOT_STACKED = ("valid", "sparse-within-limit", "sparse-oversize", "oversize-manifest", "fifo-in-place", "symlinks",
-               "control-chars", "special-output", "synth-overwrite", "exec-hostile")
+               "control-chars", "special-output", "synth-overwrite", "exec-hostile", "stdout-failure", "torchrun-env",
+               "plot-from", "hostile-steps")
 
 
 def case_rng(seed: int, index: int) -> random.Random:

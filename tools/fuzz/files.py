@@ -35,6 +35,10 @@ class Case:
     argv: list[list[str]] | None = None  # command lines run instead of the read commands (tools/fuzz/hostile_kinds.py)
     exclude: list[str] = field(default_factory=list)  # snapshot paths ("./out") a command may legitimately change
     pgid_file: Path | None = None  # where an exec program appends its process group (orphans are looked for)
+    stdout: str | None = None  # a failing stdout / stderr (tools/fuzz/streams.py), for every command of the case
+    env: dict[str, str] = field(default_factory=dict)  # variables set for every command (torchrun's)
+    env_child: dict[str, str] = field(default_factory=dict)  # more, for a child process only
+    allowed: frozenset = frozenset()  # exit codes the case's kind makes legitimate (3: a real stdout failure)
 
 
 # ----------------------------------------------------------------------------- raw safetensors

@@ -121,7 +121,7 @@ def tmp_leftovers(case, rec, rng):
 def step_indices(case, rec, rng):
     files = steps_of(rec)
     how = rng.choice(["duplicate", "missing", "gap", "extra", "renamed", "no-steps-dir", "empty-steps-dir", "stray",
-                      "huge-index", "empty-file"])
+                      "huge-index", "empty-file", "newline-name"])
     if how == "duplicate":
         f = rng.choice(files)
         shutil.copy(f, f.with_name(f.name.replace("step-", "step-0")))
@@ -144,6 +144,8 @@ def step_indices(case, rec, rng):
         files[-1].rename(files[-1].with_name("step-99999999999999999999999.safetensors"))
     elif how == "empty-file":
         rng.choice(files).write_bytes(b"")
+    elif how == "newline-name":  # not a step: STEP_RE ends in \Z, not "$"
+        shutil.copy(files[-1], files[-1].with_name(f"step-{len(files):06d}.safetensors\n"))
     case.notes.append(f"steps: {how}")
 
 

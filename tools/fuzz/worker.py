@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tools.fuzz import cases, tree
+from tools.fuzz import cases, streams, tree
 from tools.fuzz.hostile_kinds import alive_in, program_groups
 
 ALLOWED_EXIT = {0, 1, 2, 4}
@@ -37,6 +37,7 @@ EXEC_KINDS = ("exec-hostile",)  # an external program failing is exit 3 (environ
 # escape that came from a path or a file (docs/HARDENING.md, "Printing what came from a file").
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 FORGED = ("replay: error: FORGED", "FORGED")
+MAX_ARG_BYTES = 131072  # Linux's MAX_ARG_STRLEN: one argument of a child's command line, at most
 SLOW_INTERRUPT_S = 1.5  # SIGINT to exit, at most: the 1.0 s grace of cli._watch_interrupts + 0.5 s of a loaded machine
 ORPHAN_WAIT_S = 1.0
 ERROR_LINE = re.compile(r"^replay: (error|usage error|internal error):")
@@ -147,13 +148,18 @@ def _selftest(command: str, paths: list[str]) -> None:
         sys.exit(3)
 
 
-def run_inprocess(argv: list[str]) -> dict:
-    """`replay ARGV` in this process: exit code, captured output, wall time, RSS before and peak (KiB)."""
+def run_inprocess(argv: list[str], stream: str | None = None, env: dict[str, str] | None = None,
+                  rng: random.Random | None = None) -> dict:
+    """`replay ARGV` in this process: exit code, captured output, wall time, RSS before and peak (KiB).
+    ``stream``: a failing stdout or stderr (tools/fuzz/streams.py); ``env``: variables set for the call only."""
     from replay_harness import cli
 
     out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv
+    bad_out, bad_err = streams.in_process(stream, rng or random.Random(0))
+    out, err = (None if bad_out == "none" else bad_out or out), (None if bad_err == "none" else bad_err or err)
+    saved, saved_env = sys.argv, {k: os.environ.get(k) for k in (env or {})}
     sys.argv = ["replay", *argv]
+    os.environ.update(env or {})
     raised = ""
     _reset_peak()
     rss0, t0 = _status_kb("VmRSS"), time.monotonic()
@@ -171,7 +177,9 @@ def run_inprocess(argv: list[str]) -> dict:
         code, raised = -1, traceback.format_exc()
     finally:
         sys.argv = saved
-    return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue() + raised,
+        _set_limits(saved_env)
+    return {"code": code, "stdout": out.getvalue() if out is not None else "",
+            "stderr": (err.getvalue() if err is not None else "") + raised,
             "wall_s": time.monotonic() - t0, "rss_before_kb": rss0, "rss_peak_kb": _status_kb("VmHWM")}
 
 
@@ -188,14 +196,23 @@ def _child_hwm_kb(pid: int) -> int:
     return 0
 
 
-def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None) -> dict:
+def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None, stream: str | None = None,
+                   env: dict[str, str] | None = None) -> dict:
     """`python -m replay_harness.cli ARGV` as a child: exit code, output, wall time, its peak RSS (VmHWM read
     every 20 ms while it runs);
-    ``sigint_after``: send SIGINT that many seconds in (Ctrl-C). code None: killed at ``timeout``."""
+    ``sigint_after``: send SIGINT that many seconds in (Ctrl-C). code None: killed at ``timeout``.
+    ``stream``: a real failing stdout or stderr (/dev/full, a pipe without reader, a closed descriptor)."""
+    bad_out, bad_err, preexec, stream_env, cleanup = streams.child(stream)
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "replay_harness.cli", *argv], stdout=fo, stderr=fe,
-                                stdin=subprocess.DEVNULL)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "replay_harness.cli", *argv],
+                                    stdout=fo if bad_out is None else bad_out,
+                                    stderr=fe if bad_err is None else bad_err, stdin=subprocess.DEVNULL,
+                                    preexec_fn=preexec,
+                                    env={**os.environ, **(env or {}), **stream_env})
+        finally:
+            cleanup()
         code, rusage, sent, sent_at, peak = None, None, False, 0.0, 0
         while True:
             peak = max(peak, _child_hwm_kb(proc.pid))
@@ -238,7 +255,8 @@ def problems(res: dict, bound_kb: int, baseline_kb: int, allowed_extra: frozense
         found.append(f"exit-{res['code']}")
     lines = [ln for ln in res["stderr"].splitlines() if ln.strip()]
     errors = [ln for ln in lines if ERROR_LINE.match(ln)]
-    if len(errors) > 1 or (res["code"] == 2 and not errors and not res["stdout"].strip()):  # validate: stdout
+    if len(errors) > 1 or (res["code"] == 2 and not errors and not res["stdout"].strip()
+                           and not res.get("stream")):  # validate: stdout (not there when stdout failed)
         found.append("error-not-one-line")
     if any(not OK_STDERR.match(ln) for ln in lines) and "traceback" not in found:
         found.append("stray-stderr")
@@ -314,18 +332,21 @@ def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] 
         _set_limits(case.limits)
         conn.send(("built", {"kind": case.kind, "notes": case.notes, "paths": case.paths}))
         before = _snapshot(case)
-        allowed = frozenset({3}) if case.kind in EXEC_KINDS else frozenset()
+        allowed = (frozenset({3}) if case.kind in EXEC_KINDS else frozenset()) | case.allowed
         for j, (command, mode) in enumerate(plan):
             if case.argv:  # the kind's own command lines (tools/fuzz/hostile_kinds.py)
                 argv = case.argv[j % len(case.argv)]
                 command = f"{argv[0]}@{case.kind}"
             else:
                 argv = command_argv(command, case.paths, random.Random(f"argv/{seed}/{index}/{command}"))
+            if mode != "inproc" and max(len(os.fsencode(a)) for a in argv) >= MAX_ARG_BYTES:
+                mode = "inproc"  # an argument no kernel passes to a child (E2BIG), so no user can type it
             if mode == "inproc":
-                res = run_inprocess(argv)
+                res = run_inprocess(argv, case.stdout, case.env, random.Random(f"stream/{seed}/{index}/{j}"))
             else:
                 sigint = random.Random(f"sigint/{seed}/{index}").uniform(0.3, 3.0) if mode == "sigint" else None
-                res = run_subprocess(argv, timeout, sigint)
+                res = run_subprocess(argv, timeout, sigint, case.stdout, {**case.env, **case.env_child})
+            res["stream"] = case.stdout
             after = _snapshot(case)
             changed = tree.differences(before, after)
             found = problems(res, bound, baseline, allowed) + (["modified"] if changed else [])
