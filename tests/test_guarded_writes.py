@@ -79,7 +79,7 @@ ALLOWED = {
         "the finished conversion folder onto its name in replay's own model cache",
     ("replay_harness/record/weights.py", "_convert_to_cache", "rmtree"):
         "the conversion folder replay made in its own model cache, when the conversion failed",
-    ("replay_harness/bench/report.py", "plot_rows", "savefig"):
+    ("replay_harness/bench/report.py", "_plot_rows", "savefig"):
         "into an io.BytesIO; the bytes are written by guarded.write_file (the claim of --png's check)",
     ("replay_harness/cli/command.py", "HelpFormatter.write_text", "write_text"):
         "click's HelpFormatter.write_text: help text to the formatter's buffer, no file",

@@ -4,10 +4,6 @@ that fail (a full disk, a reader that left, a closed descriptor, an encoding tha
 file name ending in a newline, `--steps` of 40,000 steps, `--trials` past its bound: one line and a documented
 exit code, never a traceback or "internal error".
 
-The tests marked ``pending`` need a change in a module outside this work (their reason names it; docs/
-HARDENING.md, "No internal error", lists them under "Not yet"); they are strict xfails, so each one fails the
-suite the moment its change lands, until its mark is removed.
-
 Recordings used: copies of the committed fixtures synthetic-plain and real-founding.
 """
 from __future__ import annotations
@@ -316,14 +312,9 @@ def test_trials_past_the_bound_is_exit_2():
     assert code == 2 and "--trials must be from 2 to 1,000,000" in _one_line(err)
 
 
-# ----------------------------------------------------------------------------- pending: other modules' changes
-def pending(change: str):
-    """A case whose fix lives in a module outside this work: a strict xfail until ``change`` lands."""
-    return pytest.mark.xfail(strict=True, reason=f"pending: {change} (docs/HARDENING.md, \"No internal error\", "
-                                                 "\"Not yet\")")
+# ----------------------------------------------------------------------------- the cases fixed in record, stepfile, the plugin
 
 
-@pending("recording/stepfile.py opens a step for safetensors through /proc/self/fd when its path is not UTF-8")
 def test_a_folder_name_that_is_not_utf8_is_readable(tmp_path):
     rec = tmp_path / os.fsdecode(b"rec-\xff")
     shutil.copytree(PLAIN, rec)
@@ -336,7 +327,6 @@ def test_a_folder_name_that_is_not_utf8_is_readable(tmp_path):
     (b"[" * 100_000 + b"]" * 100_000, ".json", "not valid JSON"),
     (b'["' + b"x" * 10 + b'", ' + b"7" * 5000 + b"]", ".json", "not valid JSON"),
 ], ids=["undecodable", "nested-100000-deep", "5000-digit-number"])
-@pending("cli/record.py read_prompts: 16 MiB cap, UTF-8, JSON depth and number size as exit 2")
 def test_prompts_files_that_cannot_be_prompts_are_one_line(tmp_path, content, suffix, reason):
     from replay_harness.cli.record import read_prompts
     from replay_harness.errors import ReplayError
@@ -347,7 +337,6 @@ def test_prompts_files_that_cannot_be_prompts_are_one_line(tmp_path, content, su
         read_prompts(None, str(path))
 
 
-@pending("cli/record.py read_prompts: 16 MiB cap, UTF-8, JSON depth and number size as exit 2")
 def test_an_oversize_prompts_file_is_refused_before_it_is_read(tmp_path):
     from replay_harness.cli.record import read_prompts
     from replay_harness.errors import ReplayError
@@ -359,7 +348,6 @@ def test_an_oversize_prompts_file_is_refused_before_it_is_read(tmp_path):
         read_prompts(None, str(path))
 
 
-@pending("cli/record.py: --batch max=65536")
 def test_record_batch_has_an_upper_bound():
     """Parsed only, never run: `record --batch 1000000000` allocates some 23 GB before anything else fails."""
     import typer.main
@@ -386,7 +374,6 @@ register("boom", Boom)
 """
 
 
-@pending("testing/pytest_plugin.py escapes node ids, names and paths it prints")
 def test_the_plugin_prints_folder_names_escaped(pytester):
     shutil.copytree(PLAIN, pytester.path / "recs" / "x\nreplay: error: FORGED \x1b[2J")
     pytester.makeini("[pytest]\nreplay_recordings = recs\nreplay_device = cpu\n")
@@ -396,7 +383,6 @@ def test_the_plugin_prints_folder_names_escaped(pytester):
     assert "\x1b" not in text and not any(ln.startswith("replay: error: FORGED") for ln in text.splitlines())
 
 
-@pending("testing/pytest_plugin.py shows the impl's own frames of a non-assertion failure")
 def test_a_plugin_failure_that_is_no_assertion_is_short(pytester):
     shutil.copytree(PLAIN, pytester.path / "recs" / "plain")
     pytester.makeini("[pytest]\nreplay_recordings = recs\nreplay_device = cpu\n")

@@ -117,7 +117,8 @@ def read_csv(path: str | Path) -> list[dict]:
         except ValueError:
             raise InputError(path, "a statistic's value is not a number") from None
         rows = [{**env, **r} for r in rows]
-        if not rows or not all(r["recording"] and r.get("median_us") is not None for r in rows):
+        if not rows or not all(PLOT_COLUMNS <= r.keys() and r["recording"] and r.get("median_us") is not None
+                               for r in rows):  # a column the plot draws under another name: no bench CSV
             raise bad
     elif not rows or not PLOT_COLUMNS <= set(rows[0]):
         raise bad
@@ -133,8 +134,16 @@ def read_csv(path: str | Path) -> list[dict]:
 
 def plot_rows(rows: list[dict], png: str | Path, title: str | None = None) -> None:
     """Time per step by impl and route, from CSV rows: x = step (recording, step, group), y = median µs
-    (log scale when they span > 10x) with p20-p80 bars; colour = impl label, marker = route mix.
+    (log scale when they span > 10x) with p20-p80 bars; colour = impl label, marker = route mix. Text is
+    drawn as written (no mathtext, no TeX: a name holding `$` is a label, not a formula that fails to parse).
     Needs matplotlib (raises ImportError without it)."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.usetex": False, "text.parse_math": False}):
+        _plot_rows(rows, png, title)
+
+
+def _plot_rows(rows: list[dict], png: str | Path, title: str | None) -> None:
     import textwrap
 
     import matplotlib

@@ -21,6 +21,11 @@ from replay_harness.errors import UsageError
 from replay_harness.limits import regular_file
 
 ImplOpt = impl_opt("The sampler used in the loop (a registry impl).")
+# --prompts-file at most: 16 MiB of text is some 4 million tokens, more prompts than any batch decodes.
+MAX_PROMPTS_BYTES = 16 << 20
+# --batch at most: the largest step the format is sized for (limits.py: R = 65,536 requests); past it the
+# decode loop allocates per request before anything else fails (10**9 took 23 GB).
+MAX_BATCH = 65_536
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
 
@@ -45,16 +50,30 @@ def read_prompts(prompts: list[str] | None, prompts_file: str | None) -> list[st
     texts = list(prompts or [])
     if prompts_file:
         path = Path(prompts_file)
-        regular_file(path)  # a FIFO would block the read for ever
+        size = regular_file(path)  # a FIFO would block the read for ever
+        if size > MAX_PROMPTS_BYTES:
+            raise UsageError(f"--prompts-file {prompts_file}: {size:,} bytes, over the {MAX_PROMPTS_BYTES:,} bytes "
+                             "it may hold")
         try:
-            text = path.read_text()
+            with open(path, "rb") as f:
+                raw = f.read(MAX_PROMPTS_BYTES + 1)  # bounded, whatever the file became since its check
         except OSError as e:
             raise UsageError(f"--prompts-file {prompts_file}: {e.strerror}") from None
+        if len(raw) > MAX_PROMPTS_BYTES:
+            raise UsageError(f"--prompts-file {prompts_file}: over the {MAX_PROMPTS_BYTES:,} bytes it may hold")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"--prompts-file {prompts_file}: not UTF-8 text (byte {e.start:,})") from None
         if path.suffix == ".json":
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as e:
                 raise UsageError(f"--prompts-file {prompts_file}: not valid JSON ({e.msg})") from None
+            except RecursionError:
+                raise UsageError(f"--prompts-file {prompts_file}: not valid JSON (nested too deeply)") from None
+            except ValueError:  # an integer of more than 4,300 digits
+                raise UsageError(f"--prompts-file {prompts_file}: not valid JSON (a number too long)") from None
             if not isinstance(data, list) or not all(isinstance(p, str) for p in data):
                 raise UsageError(f"--prompts-file {prompts_file}: expected a JSON list of strings")
             texts.extend(data)
@@ -75,7 +94,7 @@ def record(
                                             help="Stop once the step files would exceed this many bytes (5000000, 5M, "
                                                  "5MiB)."),
     every: int = typer.Option(1, "--every", min=1, metavar="N", help="Record every N-th step (steps 0, N, 2N, ...)."),
-    batch: Optional[int] = typer.Option(None, "--batch", min=1, metavar="N", help="Requests decoded together (default: "
+    batch: Optional[int] = typer.Option(None, "--batch", min=1, max=MAX_BATCH, metavar="N", help="Requests decoded together (default: "
                                         "the number of prompts; prompts are reused cyclically)."),
     temperature: Optional[List[str]] = typer.Option(None, "--temperature", metavar="T", help="Sampling "
                                                     "temperature (0 = greedy; default 1.0); repeatable (or comma "

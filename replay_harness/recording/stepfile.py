@@ -193,6 +193,18 @@ class StepFileProblem(ValueError):
         self.field = field
 
 
+def _utf8_name(file: str | os.PathLike, fd: int) -> str:
+    """A name safetensors can open for ``file`` (open as ``fd``): safetensors takes a UTF-8 str, and a folder
+    named in another encoding (bytes Python holds as surrogates) has none, so it is reached through the
+    descriptor (/proc/self/fd/FD, the same file)."""
+    name = os.fspath(file)
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return f"/proc/self/fd/{fd}"
+
+
 def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor] | None = None
                    ) -> tuple[dict[str, torch.Tensor], str | None]:
     """Every tensor of a step file and its raw ``replay`` metadata string (None if absent); StepFileProblem when
@@ -202,15 +214,15 @@ def read_step_file(file: str | os.PathLike, alloc: Callable[[int], torch.Tensor]
     then the data region is read once into ``alloc(nbytes)`` (a uint8 tensor; default ``torch.empty``, pass
     one that returns pinned memory for a CUDA target) and each tensor is a view into it (a copy only where a
     foreign writer left an offset that is not a multiple of the element size)."""
-    with safe_open(str(file), framework="pt") as f:
-        metadata = f.metadata() or {}
-        names = list(f.keys())
-    extra = sorted(k for k in metadata if k != METADATA_KEY)
-    if extra:
-        raise StepFileProblem(f"__metadata__ holds more than the one key '{METADATA_KEY}': "
-                              f"{', '.join(repr(k)[:40] for k in extra[:3])}", "__metadata__")
-    raw_meta = metadata.get(METADATA_KEY)
-    with open(file, "rb") as f:  # the header safetensors accepted, then the data region in one pass
+    with open(file, "rb") as f:  # one descriptor: the header safetensors accepted, then the data region in one pass
+        with safe_open(_utf8_name(file, f.fileno()), framework="pt") as st:
+            metadata = st.metadata() or {}
+            names = list(st.keys())
+        extra = sorted(k for k in metadata if k != METADATA_KEY)
+        if extra:
+            raise StepFileProblem(f"__metadata__ holds more than the one key '{METADATA_KEY}': "
+                                  f"{', '.join(repr(k)[:40] for k in extra[:3])}", "__metadata__")
+        raw_meta = metadata.get(METADATA_KEY)
         n = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(n).decode("utf-8"))
         for name in names:  # before a byte of data is read

@@ -238,15 +238,38 @@ class ReplayRecording(pytest.Item):
         _check(self.config, self.path.parent)
 
     def repr_failure(self, excinfo, style=None):
-        return str(excinfo.value) if isinstance(excinfo.value, AssertionError) else super().repr_failure(excinfo)
+        """An assertion: its message, escaped line by line. Any other exception (the impl's own error): the
+        short traceback of the impl's own frames (not replay_harness's, torch's, pytest's: ~900 lines);
+        REPLAY_DEBUG=1 gives the whole of it."""
+        import os
+
+        from replay_harness.errors import printable
+
+        if isinstance(excinfo.value, AssertionError):
+            return "\n".join(printable(line) for line in str(excinfo.value).split("\n"))
+        if os.environ.get("REPLAY_DEBUG") or isinstance(excinfo.value, pytest.fail.Exception):
+            return super().repr_failure(excinfo)
+        outside = excinfo.traceback.filter(lambda entry: not _harness_frame(str(entry.path)))
+        if len(outside):
+            excinfo.traceback = outside
+        return super().repr_failure(excinfo, style="short")
 
     def reportinfo(self):
-        return self.path, None, f"replay: {self.path.parent.name}"
+        from replay_harness.errors import printable
+
+        return printable(str(self.path)), None, f"replay: {printable(self.path.parent.name)}"
+
+
+def _harness_frame(path: str) -> bool:
+    """A frame of replay_harness, torch, pytest or pluggy (not the impl's own code)."""
+    return bool({"replay_harness", "torch", "_pytest", "pluggy"} & set(path.replace("\\", "/").split("/")))
 
 
 class RecordingFile(pytest.File):
     def collect(self):
-        yield ReplayRecording.from_parent(self, name=self.path.parent.name)
+        from replay_harness.errors import printable
+
+        yield ReplayRecording.from_parent(self, name=printable(self.path.parent.name))
 
 
 def pytest_collect_file(file_path, parent):
@@ -258,7 +281,12 @@ def pytest_collect_file(file_path, parent):
         roots = parent.config.stash[_ROOTS] = _recording_roots(parent.config)
     folder = file_path.resolve().parent
     if any(folder == r or r in folder.parents for r in roots):
-        return RecordingFile.from_parent(parent, path=file_path)
+        from replay_harness.errors import printable
+
+        collector = RecordingFile.from_parent(parent, path=file_path)
+        shown = printable(collector.nodeid)  # a folder name's newline or escape never reaches the terminal
+        return collector if shown == collector.nodeid else RecordingFile.from_parent(parent, path=file_path,
+                                                                                     nodeid=shown)
     return None
 
 
@@ -283,8 +311,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     updates = list(config.stash.get(_UPDATED, {}).values())
     for what, path in updates:
         if what == "wrote":
-            terminalreporter.write_line(f"replay: --replay-update wrote {path} (review it, then move it over the "
-                                        f"recording if it is what you mean)")
+            from replay_harness.errors import printable
+
+            terminalreporter.write_line(f"replay: --replay-update wrote {printable(path)} (review it, then move it "
+                                        f"over the recording if it is what you mean)")
     unchanged = sum(what == "unchanged" for what, _ in updates)
     skipped = sum(what == "skipped" for what, _ in updates)
     if unchanged:
