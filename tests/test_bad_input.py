@@ -81,6 +81,14 @@ BAD_STEPS = {
         repetition_penalty=torch.full(t["temperature"].shape, -1.0)), "repetition_penalty", "must be finite and > 0"),
     "reserved name": (lambda t: t.__setitem__("allowed_token_mask", torch.ones(3)), "allowed_token_mask",
                       "did not adopt"),
+    # a warning (an unknown name) never ends the checks after it (the fuzzer's cases 1804 and 3062 of 2026-12-08:
+    # a garbled name beside a wrong shape, or beside a ragged list whose partner's name was garbled)
+    "unknown name and a wrong shape": (lambda t: t.update(emitted_routes=torch.zeros(0, dtype=torch.int8),
+                                                          some_garbled_name=torch.ones(2)),
+                                       "emitted_routes", "expected [3]"),
+    "unknown name and a lone ragged list": (lambda t: t.update(prompt_token_ids=torch.tensor([1], dtype=torch.int32),
+                                                               cu_prompt_token_97s=torch.zeros(4, dtype=torch.int32)),
+                                            "cu_prompt_token_ids", "come together"),
 }
 
 

@@ -391,3 +391,44 @@ def test_a_plugin_failure_that_is_no_assertion_is_short(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*RuntimeError: boom in the sampler*"])
     assert len(result.stdout.lines) < 40, len(result.stdout.lines)
+
+
+def test_a_recording_folder_swapped_for_a_symlink_while_read_is_bad_input(monkeypatch):
+    """The symlink-race fuzz kind: the recording folder exchanged with a symlink while `inspect` resolves it
+    (realpath's lstat saw a link, its readlink a folder: EINVAL naming the path). Exit 2, one line naming the
+    path; before, exit 3 ("Invalid argument"), as if the machine were at fault."""
+    import errno as errno_
+
+    import replay_harness.recording.discover as discover
+
+    def swapped(path, *a, **kw):
+        raise OSError(errno_.EINVAL, "Invalid argument", str(path))
+
+    monkeypatch.setattr(discover.os.path, "realpath", swapped)
+    code, _, err = main_inproc("inspect", str(PLAIN))
+    monkeypatch.undo()
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith(f"replay: error: {PLAIN}: Invalid argument (the path changed")
+
+
+def test_an_interrupt_landing_in_a_finalizer_is_delivered_later_not_lost(monkeypatch):
+    """The signal-write fuzz kind: SIGINT landing while garbage collection runs a weakref callback. Python's
+    handler raised KeyboardInterrupt there, which Python prints as "Exception ignored in ..." with a traceback
+    and drops (the command ran on to exit 0). replay's handler (``cli.interrupt``) sends the signal again 10 ms
+    later instead, to land in the command's own code; anywhere else it raises at once."""
+    import signal
+    from types import SimpleNamespace
+
+    from replay_harness import cli
+
+    sent = []
+    monkeypatch.setattr(cli.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    finalizer = SimpleNamespace(f_code=SimpleNamespace(co_name="_remove", co_filename="/usr/lib/_weakrefset.py"))
+    cli.interrupt(signal.SIGINT, finalizer)  # no KeyboardInterrupt here
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent == [(os.getpid(), signal.SIGINT)]
+    own = SimpleNamespace(f_code=SimpleNamespace(co_name="write_step", co_filename="/x/replay_harness/store.py"))
+    with pytest.raises(KeyboardInterrupt):
+        cli.interrupt(signal.SIGTERM, own)

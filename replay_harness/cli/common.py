@@ -74,7 +74,11 @@ class LineProgress:
         self.start = self.last = time.monotonic()
         if self.every > 0:
             self._thread = threading.Thread(target=self._beat, name="replay-progress", daemon=True)
-            self._thread.start()
+            try:
+                self._thread.start()
+            except BaseException:  # an interrupt as it starts: __exit__ will not run, so stop it here
+                self._stop.set()
+                raise
         return self
 
     def __exit__(self, kind: Any, *exc: Any) -> None:

@@ -15,6 +15,7 @@ or removes a tree on a user path.
 * :mod:`~replay_harness.guarded.folders`: writes, renames and deletes relative to an open folder's
   descriptor (O_NOFOLLOW, O_EXCL), deletes that never follow a link or cross a mount.
 """
-from replay_harness.guarded.claims import Claim, Pinned, claim, claimed, release, write_file  # noqa: F401
+from replay_harness.guarded.claims import (Claim, Pinned, claim, claimed, discard_unfinished, release,  # noqa: F401
+                                            write_file)
 from replay_harness.guarded.folders import TMP_SUFFIX, Folder, special_kind  # noqa: F401
 from replay_harness.guarded.inputs import WALK_LIMIT, Inputs  # noqa: F401

@@ -35,6 +35,7 @@ from replay_harness.guarded.mounts import is_mount_point, mount_table, place_of
 MAX_CLAIMS = 32
 APART = "name an output apart from the inputs (nothing was written or deleted)"
 _CLAIMS: "OrderedDict[str, Claim | Pinned]" = OrderedDict()
+_STAGED: dict[str, tuple[Folder, str, tuple[int, int]]] = {}  # staging folders not finished with: (parent, name, ino/dev)
 
 
 def reason(e: OSError) -> str:
@@ -149,11 +150,34 @@ class Claim:
 
     def _writable(self) -> None:
         if self.folder:
-            return
+            return self._folder_writable()
         exists = self.base.lstat(self.name) is not None
         if not os.access(".", os.W_OK | os.X_OK, dir_fd=self.base.fd) or (
                 exists and not os.access(self.name, os.W_OK, dir_fd=self.base.fd)):
             raise UsageError(f"{self.label}: cannot write there (permission denied)")
+
+    def _folder_writable(self) -> None:
+        """A folder output needs write permission where replay creates entries: the folder it is made in (missing,
+        or swapped into place beside the old one), else the folder itself and, under ``--overwrite`` in place,
+        its own ``steps/`` (a read-only folder or file system found here, before the work, not after it)."""
+        st = None if self.rest else self.base.lstat(self.name)
+        if st is None or self.swap:
+            where, name = self.base.shown, "."
+        else:
+            where, name = os.path.join(self.base.shown, self.name), self.name
+        if not os.access(name, os.W_OK | os.X_OK, dir_fd=self.base.fd, effective_ids=True):
+            raise UsageError(f"{self.label}: cannot write in {where} (no write permission or a read-only file "
+                             "system; nothing was written or deleted)")
+        if st is not None and not self.swap and self.overwrite:
+            steps = os.path.join(self.name, "steps")
+            try:
+                sst = os.stat(steps, dir_fd=self.base.fd, follow_symlinks=False)
+            except OSError:
+                return
+            if stat.S_ISDIR(sst.st_mode) and not os.access(steps, os.W_OK | os.X_OK, dir_fd=self.base.fd,
+                                                            effective_ids=True):
+                raise UsageError(f"{self.label}: cannot delete the old steps in {os.path.join(where, 'steps')} (no "
+                                 "write permission or a read-only file system; nothing was written or deleted)")
 
     # ------------------------------------------------------------------ the use
     def fresh(self) -> bool:
@@ -216,9 +240,14 @@ class Claim:
         into place), held open for its writer (:func:`claimed` gives it); its path."""
         base = self.parent()
         name = base.make_temp_folder(self.name)
-        path = os.path.join(base.shown, name)
-        fd = os.open(name, NOFOLLOW_DIR, dir_fd=base.fd)
-        _register(path, Pinned(Folder(fd, path, self.inputs), self.option))
+        try:
+            path = os.path.join(base.shown, name)
+            fd = os.open(name, NOFOLLOW_DIR, dir_fd=base.fd)
+            _STAGED[_key(path)] = (Folder(os.dup(base.fd), base.shown), name, os.fstat(fd)[1:3])
+            _register(path, Pinned(Folder(fd, path, self.inputs), self.option))
+        except BaseException:  # Ctrl-C before its writer knows of it: removed at once
+            base.remove_tree(name)
+            raise
         return path
 
     def write(self, data: bytes, what: str = "the file") -> None:
@@ -305,10 +334,33 @@ def write_file(path: str | os.PathLike, data: bytes | str, option: str, what: st
 
 
 def forget(path: str | os.PathLike) -> None:
-    """Drop (and close) the claim kept for ``path``, if any."""
+    """Drop (and close) the claim kept for ``path``, if any (a staging folder's: its writer is done with it)."""
     held = _CLAIMS.pop(_key(path), None)
     if held is not None:
         held.close()
+    staged = _STAGED.pop(_key(path), None)
+    if staged is not None:
+        staged[0].close()
+
+
+def discard_unfinished() -> list[str]:
+    """Remove every staging folder :meth:`Claim.staging` made that its writer did not finish with (a Ctrl-C or
+    SIGTERM between its making and the writer's own cleanup): only the folder made (same inode), never
+    following a link nor crossing a mount; never raises. Called on the way out of every command (``cli.main``).
+    Returns the paths removed."""
+    removed = []
+    while _STAGED:
+        _, (parent, name, made) = _STAGED.popitem()
+        try:
+            st = parent.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_ino, st.st_dev) == made:
+                parent.remove_tree(name)
+                removed.append(os.path.join(parent.shown, name))
+        except (OSError, UsageError):
+            pass
+        finally:
+            parent.close()
+    return removed
 
 
 def release() -> None:

@@ -127,10 +127,14 @@ class Folder:
         while True:
             tmp = f".{name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
             try:
-                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
-                               dir_fd=self.fd), tmp
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666,
+                             dir_fd=self.fd)
             except FileExistsError:
                 continue
+            except BaseException:  # Ctrl-C right after the file was made (O_EXCL: it is ours): not left behind
+                self.discard(tmp)
+                raise
+            return fd, tmp
 
     def publish(self, tmp: str, name: str) -> None:
         """Rename the written temp file ``tmp`` over ``name`` (checked first: :meth:`check_entry`), then fsync
@@ -219,7 +223,12 @@ class Folder:
         if depth > MAX_TREE_DEPTH:
             raise UsageError(f"{prefix}: nests folders more than {MAX_TREE_DEPTH} deep; --overwrite replaces only "
                              "a recording")
-        for name in os.listdir(fd):
+        names = os.listdir(fd)
+        if names and not os.access(".", os.W_OK | os.X_OK, dir_fd=fd, effective_ids=True):
+            raise UsageError(f"{prefix}: {shown} is read-only (no write permission or a read-only file system), so "
+                             "the old recording could not be deleted; make it writable or name another folder "
+                             "(nothing was written or deleted)")
+        for name in names:
             seen[0] += 1
             if seen[0] > WALK_LIMIT:
                 raise UsageError(f"{prefix}: holds more than {WALK_LIMIT:,} files; --overwrite replaces only a "
@@ -275,9 +284,12 @@ class Folder:
             if under:
                 raise UsageError(f"{prefix}: {under[0]} is a mount point; replay does not delete across one")
             self._empty(fd, os.path.join(self.shown, name), st.st_dev, mount_id(fd), 0, prefix)
+            os.rmdir(name, dir_fd=self.fd)
+        except OSError as e:  # permissions changed since the check, a read-only remount: what is left is named
+            raise UsageError(f"{prefix}: cannot delete {e.filename or name} ({os.strerror(e.errno or 0).lower()}); "
+                             f"left in place: {os.path.join(self.shown, name)}") from None
         finally:
             os.close(fd)
-        os.rmdir(name, dir_fd=self.fd)
 
     def _empty(self, fd: int, shown: str, dev: int, mnt: int | None, depth: int, prefix: str) -> None:
         if depth > MAX_TREE_DEPTH:
@@ -324,6 +336,12 @@ class Folder:
             tmp = f".{name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
             try:
                 os.mkdir(tmp, mode, dir_fd=self.fd)
-                return tmp
             except FileExistsError:
                 continue
+            except BaseException:  # Ctrl-C right after the folder was made (a fresh name: it is ours)
+                try:
+                    os.rmdir(tmp, dir_fd=self.fd)
+                except OSError:
+                    pass
+                raise
+            return tmp

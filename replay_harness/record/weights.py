@@ -59,6 +59,30 @@ def cache_root() -> Path:
     return Path(os.environ.get("REPLAY_CACHE") or Path.home() / ".cache" / "replay")
 
 
+# The text files of a transformers folder that transformers reads whole (configs and tokenizer); one over this is
+# refused before it is read (a 20 GiB sparse config.json kept transformers busy past 40 s: docs/HARDENING.md).
+MAX_CONFIG_BYTES = 64 << 20
+CONFIG_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "vocab.json", "merges.txt")
+
+
+def _check_local(path: Path, option: str, gguf: bool) -> None:
+    """UsageError (exit 2, one line) for a local model file that cannot be what it claims, before any read of its
+    body: a GGUF file without the ``GGUF`` magic, or a config / tokenizer file over MAX_CONFIG_BYTES or not a
+    regular file."""
+    if gguf:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise UsageError(f"{option} {path}: not a GGUF file (its first bytes are not the GGUF magic)")
+        return
+    for name in CONFIG_FILES:
+        f = path / name
+        if f.exists() and (not f.is_file() or f.stat().st_size > MAX_CONFIG_BYTES):
+            raise UsageError(f"{option} {f}: " + ("not a regular file" if not f.is_file() else
+                                                  f"{f.stat().st_size:,} bytes, over the {MAX_CONFIG_BYTES:,} a "
+                                                  "model's config or tokenizer file may have"))
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -187,6 +211,7 @@ def _weights(name: str, gguf_file: str | None, option: str, tf) -> tuple[str, di
                                             source, tf)
         return str(folder), {}, source
     if path.is_file():
+        _check_local(path, option, gguf=True)
         return str(path.parent), {"gguf_file": path.name}, {"name": path.name, "file": str(path),
                                                               "sha256": _sha256(path)}
     if path.is_dir():
@@ -194,6 +219,7 @@ def _weights(name: str, gguf_file: str | None, option: str, tf) -> tuple[str, di
             raise UsageError(f"{option} {name}: the folder has no " + (
                 f"file {gguf_file} (--gguf-file)" if gguf_file else
                 "config.json: not a transformers folder (save_pretrained, hf download --local-dir)"))
+        _check_local(path / gguf_file if gguf_file else path, option, gguf=gguf_file is not None)
         if gguf_file is None:
             return str(path), {}, {"name": path.name, "folder": str(path)}
         return str(path), {"gguf_file": gguf_file}, {"name": path.name, "file": str(path / gguf_file),

@@ -52,16 +52,18 @@ def _check_old(c: Claim, overwrite: bool) -> None:
 def write_replacing(c: Claim, write: Callable[[str], object]) -> None:
     """``write(staged)`` writes the new recording into the staging folder ``staged`` (a path; its writer gets
     the descriptor held for it); then it is swapped in for the output of ``c`` (:func:`swap_into_place`)."""
-    staged = c.staging()
-    name: str | None = os.path.basename(staged)
-    try:
+    staged: str | None = None
+    swapped = False
+    try:  # the staging folder made inside the try: an interrupt right after it still discards it
+        staged = c.staging()
         write(staged)
         _check_old(c, c.overwrite)  # again: nothing may have moved in meanwhile
-        swap_into_place(c, name)
-        name = None
+        swap_into_place(c, os.path.basename(staged))
+        swapped = True
     finally:
-        discard(c, name)
-        claims.forget(staged)
+        if staged is not None:
+            discard(c, None if swapped else os.path.basename(staged))
+            claims.forget(staged)
         claims.forget(c.path)
 
 

@@ -63,6 +63,9 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
     def bad(field: str, message: str, warning: bool = False) -> None:
         out.append(InputError(file, message, step=step, field=field, warning=warning))
 
+    def failed() -> bool:  # an error so far (a warning, e.g. an unknown name, never stops the checks after it)
+        return any(not p.warning for p in out)
+
     for name in UNSUPPORTED_FIELDS:
         if name in t:
             bad(name, "a name minor 1 reserved and the format did not adopt (docs/FIXTURES.md, 'The sampling "
@@ -75,7 +78,7 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
     for f in _TYPED:
         if f.name in t and t[f.name].dtype not in f.dtypes:
             bad(f.name, f"wrong dtype {_dtype_name(t[f.name].dtype)}, expected {_expected_dtypes(f)}")
-    if out and any(not p.warning for p in out):
+    if failed():
         return out  # shapes below assume names and dtypes are right
 
     logits, cu = t["logits"], t["cu_num_logits"]
@@ -95,7 +98,7 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
         bad("cu_num_logits", f"not strictly increasing at index {at} (every request owns >= 1 row)")
     if int(cu_l[-1]) != n:
         bad("cu_num_logits", f"ends at {int(cu_l[-1])} but logits has {n} rows (shape mismatch)")
-    if out:
+    if failed():
         return out
     k = cu_l[1:] - cu_l[:-1] - 1
     dims = {"N": n, "R": r, "V": vocab_size, "N-R": n - r, "K+1": int(k.max()) + 1, "R+1": r + 1,
@@ -105,7 +108,7 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
         for f in FIELDS:
             if f.shape == shape and f.name in t and f.name != "cu_num_logits" and t[f.name].shape != expected:
                 bad(f.name, f"shape {list(t[f.name].shape)}, expected {list(expected)} ({note})")
-    if out:
+    if failed():
         return out
 
     # One pass per tensor: a row's max is NaN if it holds a NaN, +inf if it holds +inf (and no NaN), -inf iff
@@ -155,7 +158,7 @@ def check_step(t: dict[str, torch.Tensor], vocab_size: int, *, file: Path, step:
     if torch.unique(t["request_ids"]).numel() != r:
         bad("request_ids", "request ids are not unique within the step")
     _check_emitted(t, k, vocab_size, bad)
-    if not out:
+    if not failed():
         check_pipeline(t, k, vocab_size, bad)
     return out
 

@@ -10,7 +10,8 @@ duplicate / missing / stray step indices, and big-but-legal sparse steps (to bou
 beyond the recording (tools/fuzz/hostile_kinds.py): control characters in names and strings, special files
 as output paths, `synth --overwrite` onto its own input, hostile `exec:` programs; and on the command line
 (tools/fuzz/cli_kinds.py): failing stdout / stderr, torchrun's variables, `bench --plot-from` special files and
-hostile CSVs, hostile `--steps` / `--trials`.
+hostile CSVs, hostile `--steps` / `--trials`; and on the write path (tools/fuzz/write_kinds.py): bind mounts and
+read-only folders, symlink races, signals mid-write, the plugin's ``--replay-update``, `record --model` paths.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tools.fuzz.files import FUZZ_LIMITS, REPO, Case, MiB, steps_of
 from tools.fuzz.folder_kinds import (bad_manifest, fifo_in_place, oversize_manifest, step_indices, symlinks,
                                      tmp_leftovers, unreadable, valid)
 from tools.fuzz.hostile_kinds import control_chars, exec_hostile, special_output, synth_overwrite
+from tools.fuzz.write_kinds import mounts, plugin_update, readonly_output, record_model, signal_write, symlink_race
 from tools.fuzz.step_kinds import (bad_step_metadata, bad_values, garbled_bytes, garbled_header_json, huge_shape_claim,
                                    missing_or_extra_field, nonfinite_rows, sparse_oversize, sparse_within_limit,
                                    truncated_step, wrong_dtype, wrong_shape)
@@ -43,14 +45,15 @@ KINDS = {f.__name__.replace("_", "-"): f for f in (
     wrong_dtype, wrong_shape, missing_or_extra_field, nonfinite_rows, bad_values, bad_step_metadata, bad_manifest,
     oversize_manifest, fifo_in_place, symlinks, unreadable, tmp_leftovers, step_indices, valid,
     control_chars, special_output, synth_overwrite, exec_hostile, stdout_failure, torchrun_env, plot_from,
-    hostile_steps)}
+    hostile_steps, mounts, readonly_output, symlink_race, signal_write, plugin_update, record_model)}
 STACKABLE = ("truncated-step", "garbled-bytes", "wrong-dtype", "wrong-shape", "nonfinite-rows", "bad-values",
              "bad-step-metadata", "bad-manifest", "tmp-leftovers", "step-indices", "missing-or-extra-field")
 
 
 NOT_STACKED = ("valid", "sparse-within-limit", "sparse-oversize", "oversize-manifest", "fifo-in-place", "symlinks",
                "control-chars", "special-output", "synth-overwrite", "exec-hostile", "stdout-failure", "torchrun-env",
-               "plot-from", "hostile-steps")
+               "plot-from", "hostile-steps", "mounts", "readonly-output", "symlink-race", "signal-write",
+               "plugin-update", "record-model")
 
 
 def case_rng(seed: int, index: int) -> random.Random:

@@ -39,6 +39,10 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)  # variables set for every command (torchrun's)
     env_child: dict[str, str] = field(default_factory=dict)  # more, for a child process only
     allowed: frozenset = frozenset()  # exit codes the case's kind makes legitimate (3: a real stdout failure)
+    race: tuple[str, str] | None = None  # two entries of root exchanged again and again while a command runs
+    signal: tuple[int, str] | None = None  # (SIGINT or SIGTERM, "tmp" or "timer"): sent mid-command (racing.py)
+    post: object = None  # post(case, res) -> problems: what the output must be after a command (racing.py)
+    cwd: str | None = None  # the folder a command runs from (``replay_check(".")``)
 
 
 # ----------------------------------------------------------------------------- raw safetensors

@@ -8,8 +8,10 @@ mode is put back exactly); FIFOs, sockets and devices are never opened.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import re
 import shutil
 import stat
 
@@ -51,8 +53,9 @@ def _with_mode(path: str, mode: int, need: int, fn):
         os.chmod(path, mode)
 
 
-def snapshot(root: str | os.PathLike) -> dict[str, Entry]:
-    """Every path under ``root`` (relative, "." for root) -> (kind, mode, size, digest)."""
+def snapshot(root: str | os.PathLike, skip: tuple[str, ...] = ()) -> dict[str, Entry]:
+    """Every path under ``root`` (relative, "." for root) -> (kind, mode, size, digest); the paths in ``skip``
+    ("./out") are left out, of their folder's listing too (an output a command may make or replace)."""
     out: dict[str, Entry] = {}
     root = str(root)
 
@@ -64,7 +67,8 @@ def snapshot(root: str | os.PathLike) -> dict[str, Entry]:
         elif stat.S_ISREG(st.st_mode):
             out[rel] = ("file", mode, st.st_size, _with_mode(path, mode, 0o400, lambda: _data_digest(path, st.st_size)))
         elif stat.S_ISDIR(st.st_mode):
-            names = sorted(_with_mode(path, mode, 0o500, lambda: os.listdir(path)))
+            names = sorted(n for n in _with_mode(path, mode, 0o500, lambda: os.listdir(path))
+                           if f"{rel}/{n}" not in skip)
             out[rel] = ("dir", mode, 0, hashlib.sha256(os.fsencode("\0".join(names))).hexdigest())
             _with_mode(path, mode, 0o500, lambda: [visit(os.path.join(path, n), f"{rel}/{n}") for n in names])
         else:
@@ -90,10 +94,28 @@ def differences(before: dict[str, Entry], after: dict[str, Entry], limit: int = 
     return found[:limit] + ([f"(+{len(found) - limit} more)"] if len(found) > limit else [])
 
 
+def unmount_under(root: str) -> None:
+    """Detach every mount point at or under ``root`` (the write-path kinds' bind mounts), deepest first, so a
+    delete never reaches through one into what it shows."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f]
+    except OSError:
+        return
+    real = os.path.realpath(root)
+    decode = lambda p: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p)  # noqa: E731
+    under = [decode(p) for p in points if decode(p) == real or decode(p).startswith(real + "/")]
+    if under:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for point in sorted(set(under), key=len, reverse=True):
+            libc.umount2(os.fsencode(point), 2)  # MNT_DETACH
+
+
 def remove(root: str | os.PathLike) -> None:
-    """Delete ``root`` whatever the modes under it (each folder made listable before it is walked; links
-    not followed)."""
+    """Delete ``root`` whatever the modes under it (mount points under it detached first; each folder made
+    listable before it is walked; links not followed)."""
     root = str(root)
+    unmount_under(root)
     if os.path.islink(root) or (os.path.lexists(root) and not os.path.isdir(root)):
         os.unlink(root)
         return

@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tools.fuzz import cases, streams, tree
+from tools.fuzz import cases, racing, streams, tree
 from tools.fuzz.hostile_kinds import alive_in, program_groups
 
 ALLOWED_EXIT = {0, 1, 2, 4}
@@ -149,9 +149,11 @@ def _selftest(command: str, paths: list[str]) -> None:
 
 
 def run_inprocess(argv: list[str], stream: str | None = None, env: dict[str, str] | None = None,
-                  rng: random.Random | None = None) -> dict:
+                  rng: random.Random | None = None, during: object = None) -> dict:
     """`replay ARGV` in this process: exit code, captured output, wall time, RSS before and peak (KiB).
-    ``stream``: a failing stdout or stderr (tools/fuzz/streams.py); ``env``: variables set for the call only."""
+    ``stream``: a failing stdout or stderr (tools/fuzz/streams.py); ``env``: variables set for the call only;
+    ``during``: a context manager around ``cli.main()`` (racing.Interrupt: a KeyboardInterrupt that escapes
+    main is exit 130, as ``cli.entry`` makes it)."""
     from replay_harness import cli
 
     out, err = io.StringIO(), io.StringIO()
@@ -169,10 +171,15 @@ def run_inprocess(argv: list[str], stream: str | None = None, env: dict[str, str
                 if argv[0] in SELFTEST:
                     _selftest(argv[0], argv[1:])
                 else:
-                    cli.main()
+                    with during or contextlib.nullcontext():
+                        cli.main()
                 code = 0
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except KeyboardInterrupt:
+                if during is None:
+                    raise
+                code = 130  # landed after main had handled everything: cli.entry's exit code
     except BaseException:  # what cli.main let escape: a traceback a user would see
         code, raised = -1, traceback.format_exc()
     finally:
@@ -197,11 +204,18 @@ def _child_hwm_kb(pid: int) -> int:
 
 
 def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None, stream: str | None = None,
-                   env: dict[str, str] | None = None) -> dict:
+                   env: dict[str, str] | None = None, kind_signal: tuple | None = None, root: Path | None = None,
+                   cwd: str | None = None) -> dict:
     """`python -m replay_harness.cli ARGV` as a child: exit code, output, wall time, its peak RSS (VmHWM read
     every 20 ms while it runs);
     ``sigint_after``: send SIGINT that many seconds in (Ctrl-C). code None: killed at ``timeout``.
-    ``stream``: a real failing stdout or stderr (/dev/full, a pipe without reader, a closed descriptor)."""
+    ``stream``: a real failing stdout or stderr (/dev/full, a pipe without reader, a closed descriptor).
+    ``kind_signal``: (signal, "tmp" or "timer") of a signal-write case: sent 0-50 ms after a ``.tmp`` entry shows
+    in ``root`` (polled every 5 ms), or 0.5-4 s in."""
+    signum, trigger = kind_signal or (signal.SIGINT, None)
+    pick = random.Random(repr(argv))  # repr: an argument may hold a lone surrogate (no str seed encodes it)
+    if trigger == "timer":
+        sigint_after = pick.uniform(0.5, 4.0)
     bad_out, bad_err, preexec, stream_env, cleanup = streams.child(stream)
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         t0 = time.monotonic()
@@ -209,7 +223,7 @@ def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None, 
             proc = subprocess.Popen([sys.executable, "-m", "replay_harness.cli", *argv],
                                     stdout=fo if bad_out is None else bad_out,
                                     stderr=fe if bad_err is None else bad_err, stdin=subprocess.DEVNULL,
-                                    preexec_fn=preexec,
+                                    preexec_fn=preexec, cwd=cwd,
                                     env={**os.environ, **(env or {}), **stream_env})
         finally:
             cleanup()
@@ -221,19 +235,22 @@ def run_subprocess(argv: list[str], timeout: float, sigint_after: float | None, 
             if pid:
                 code = os.waitstatus_to_exitcode(status)
                 break
+            if trigger == "tmp" and sigint_after is None and racing.staging_seen(root):
+                sigint_after = elapsed + pick.uniform(0.0, 0.05)
             if sigint_after is not None and not sent and elapsed >= sigint_after:
-                os.kill(proc.pid, signal.SIGINT)
+                os.kill(proc.pid, signum)
                 sent, sent_at = True, elapsed
             if elapsed > timeout:
                 os.kill(proc.pid, signal.SIGKILL)
                 _, _, rusage = os.wait4(proc.pid, 0)
                 break
-            time.sleep(0.02)
+            time.sleep(0.005 if trigger == "tmp" else 0.02)
         proc.returncode = code if code is not None else -9
         fo.seek(0), fe.seek(0)
         return {"code": code, "stdout": fo.read().decode(errors="replace"), "stderr": fe.read().decode(errors="replace"),
                 "wall_s": time.monotonic() - t0, "rss_before_kb": 0, "rss_peak_kb": peak,
-                "sigint": sent, "interrupt_s": (time.monotonic() - t0 - sent_at) if sent else None}
+                "sigint": sent, "interrupt_s": (time.monotonic() - t0 - sent_at) if sent else None,
+                "trigger": trigger, "signum": int(signum)}
 
 
 def problems(res: dict, bound_kb: int, baseline_kb: int, allowed_extra: frozenset = frozenset()) -> list[str]:
@@ -241,17 +258,22 @@ def problems(res: dict, bound_kb: int, baseline_kb: int, allowed_extra: frozense
     kind makes legitimate (3 for a hostile exec program)."""
     found = []
     text = res["stderr"] + res["stdout"]
-    if res.get("sigint") and (res["code"] == -2 or (text.rstrip().endswith("KeyboardInterrupt")
+    if res.get("sigint") and (res["code"] == -2 or (res["code"] == -15 and res.get("trigger") != "tmp") or (
+            text.rstrip().endswith("KeyboardInterrupt")
                                                      and ", in main" not in text)):
         return ["startup-interrupt"]  # Ctrl-C before replay's handler exists (interpreter start, imports)
+    escaped = res["code"] == -1 and "signum" not in res  # in this process: an exception escaped main (a child's
+    # -1 is death by SIGHUP)
     if res["code"] is None:
         found.append("hang")
-    elif "Traceback (most recent call last)" in text or res["code"] == -1:
+    elif "Traceback (most recent call last)" in text or escaped:
         found.append("traceback")
     elif "internal error" in res["stderr"]:
         found.append("internal-error")
-    allowed = ALLOWED_EXIT | allowed_extra | ({130} if res.get("sigint") else set())
-    if res["code"] is not None and res["code"] not in allowed and res["code"] != -1:
+    # after SIGHUP or SIGQUIT replay runs none of its code (no handler, by design): it dies of the signal
+    by_signal = {-res["signum"]} if res.get("signum") in (signal.SIGHUP, signal.SIGQUIT) else set()
+    allowed = ALLOWED_EXIT | allowed_extra | ({130} | by_signal if res.get("sigint") else set())
+    if res["code"] is not None and res["code"] not in allowed and not escaped:
         found.append(f"exit-{res['code']}")
     lines = [ln for ln in res["stderr"].splitlines() if ln.strip()]
     errors = [ln for ln in lines if ERROR_LINE.match(ln)]
@@ -272,7 +294,7 @@ def problems(res: dict, bound_kb: int, baseline_kb: int, allowed_extra: frozense
 
 def _snapshot(case) -> dict:
     """tools/fuzz/tree.py's snapshot of the case folder, less what the case lets a command change."""
-    snap = tree.snapshot(case.root)
+    snap = tree.snapshot(case.root, tuple(case.exclude))
     return {k: v for k, v in snap.items() if not any(k == e or k.startswith(e + "/") for e in case.exclude)}
 
 
@@ -300,6 +322,23 @@ def warm_up() -> int:
     return _status_kb("VmRSS")
 
 
+def _run_one(case, argv: list[str], mode: str, timeout: float, rng: random.Random, sig_rng: random.Random) -> dict:
+    """One command of ``case``: in this process (a signal-write case's signal sent by racing.Interrupt; the
+    plugin's update through racing.plugin_update) or as a child (``mode`` "subprocess" / "sigint")."""
+    if argv[0] == "@plugin-update":
+        return racing.plugin_update(argv[1], case.root, case.cwd)
+    if mode == "inproc":
+        during = racing.Interrupt(*case.signal, case.root, sig_rng) if case.signal else None
+        res = run_inprocess(argv, case.stdout, case.env, rng, during)
+        if during is not None and during.sent:
+            res["sigint"], res["interrupt_s"] = True, None
+        return res
+    sigint = sig_rng.uniform(0.3, 3.0) if mode.startswith("sig") and not case.signal else None
+    signum = getattr(signal, mode.upper()) if mode.startswith("sig") and mode != "sigint" else signal.SIGINT
+    return run_subprocess(argv, timeout, sigint, case.stdout, {**case.env, **case.env_child},
+                          case.signal or (signum, None), case.root, case.cwd)
+
+
 def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] | None = None) -> None:
     """Answer the parent's ("case", index, plan) messages until ("stop",). ``plan``: [(command, mode)],
     mode "inproc", "subprocess" or "sigint". ``limits``: fuzz limits other than cases.FUZZ_LIMITS."""
@@ -308,9 +347,10 @@ def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] 
     cases.FUZZ_LIMITS.update(limits or {})
 
     torch.set_num_threads(1)
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # started in the background (`nohup ... &`): the
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # children would inherit it, and a SIGINT sent before
-        # replay installs its handler would be lost (the command then runs to its end) instead of counted
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):  # ignored when started as `nohup ... &`: the
+        if signal.getsignal(signum) == signal.SIG_IGN:  # children would inherit it, and a signal sent to one
+            signal.signal(signum, signal.SIG_DFL)  # would be lost (the command runs to its end) instead of tested
+    os.environ["HF_HUB_OFFLINE"] = "1"  # no command of a case reaches the network (record --model ORG/NAME)
     permission_checks = drop_file_capabilities()
     baseline = warm_up()
     conn.send(("ready", {"pid": os.getpid(), "permission_checks": permission_checks, "baseline_rss_kb": baseline,
@@ -341,15 +381,17 @@ def serve(conn, workdir: str, seed: int, timeout: float, limits: dict[str, int] 
                 argv = command_argv(command, case.paths, random.Random(f"argv/{seed}/{index}/{command}"))
             if mode != "inproc" and max(len(os.fsencode(a)) for a in argv) >= MAX_ARG_BYTES:
                 mode = "inproc"  # an argument no kernel passes to a child (E2BIG), so no user can type it
-            if mode == "inproc":
-                res = run_inprocess(argv, case.stdout, case.env, random.Random(f"stream/{seed}/{index}/{j}"))
-            else:
-                sigint = random.Random(f"sigint/{seed}/{index}").uniform(0.3, 3.0) if mode == "sigint" else None
-                res = run_subprocess(argv, timeout, sigint, case.stdout, {**case.env, **case.env_child})
+            with racing.Flipper(*case.race, random.Random(f"race/{seed}/{index}/{j}")) if case.race \
+                    else contextlib.nullcontext():
+                res = _run_one(case, argv, mode, timeout, random.Random(f"stream/{seed}/{index}/{j}"),
+                               random.Random(f"sigint/{seed}/{index}"))
+            res["argv"] = argv
+            if case.post is not None and res["code"] is not None:
+                res.setdefault("extra", []).extend(case.post(case, res))
             res["stream"] = case.stdout
             after = _snapshot(case)
             changed = tree.differences(before, after)
-            found = problems(res, bound, baseline, allowed) + (["modified"] if changed else [])
+            found = problems(res, bound, baseline, allowed) + (["modified"] if changed else []) + res.get("extra", [])
             if orphans(case):
                 found.append("orphan")
             before = after
