@@ -186,6 +186,22 @@ def test_kernel_impls_equal_reference(impl, vocab, dtype, max_k, rules, greedy_f
     assert_equal_results(step, IMPLS[impl]().sample(step), want)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["stochastic", "gumbel-max"])
+@pytest.mark.parametrize("vocab,dtype", [(1000, torch.float32), (32011, torch.bfloat16), (151936, torch.float32),
+                                         (248320, torch.bfloat16)])
+def test_kernel_impls_equal_reference_on_the_gpu(impl, vocab, dtype):
+    """The same on CUDA at irregular and real vocabularies: the oracle runs on the CPU, the kernels on the GPU
+    (where Triton may contract a multiply-add; the processors' sparse pass keeps fp fusion off)."""
+    max_k = 2 if impl == "stochastic" else 0
+    step = pipeline_step(57 + vocab, vocab, 9, max_k, PIPELINE_RULES, dtype=dtype, greedy_frac=0.3)
+    want = ReferenceSampler().sample(step)
+    got = IMPLS[impl]().sample(step.to("cuda"))
+    assert_equal_results(step, dataclasses.replace(
+        got, **{f.name: getattr(got, f.name).cpu() for f in dataclasses.fields(got)
+                if isinstance(getattr(got, f.name), torch.Tensor)}), want)
+
+
 def test_top_n_ties_go_to_the_smaller_id_and_processed_rows_rank_minus_inf_ties():
     """Processed logits of a top-k 2 row (the tie at the 2nd value kept): every other token is -inf, so the top 6
     end in -inf ties (ascending ids); a raw row's equal values are listed by id too."""

@@ -729,3 +729,22 @@ def test_gumbel_noise_statistics():
     g = R.gumbel_noise(2**32 + 5, 17, torch.arange(N_STAT)).double().numpy()
     _check_moments(g, EULER_GAMMA, math.pi**2 / 6, GUMBEL_KURTOSIS)
     _ks(g, "gumbel_r")
+
+
+def test_mul32_keeps_the_full_product_where_int64_wraps():
+    """oracle.R._mul32 reads the wrapped int64 product as the uint64 one: against the product split into 16-bit
+    halves (every intermediate below 2**49), on words whose product carries into bit 63 (so the int64 is negative)
+    and on the extremes."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.cat([torch.randint(0, 2**32, (200_000,), generator=g, dtype=torch.int64),
+                   torch.tensor([0, 1, 2**31 - 1, 2**31, 2**32 - 1], dtype=torch.int64)])
+    wrapped = False
+    for b in (R.MURMUR_C1, R.MURMUR_C2, R.MURMUR_F1, R.MURMUR_F2, R.PHILOX_ROUND_A, R.PHILOX_ROUND_B,
+              2**32 - 1):
+        p_lo, p_hi = (a & 0xFFFF) * b, (a >> 16) * b
+        want_hi = (p_hi + (p_lo >> 16)) >> 16
+        want_lo = (((p_hi & 0xFFFF) << 16) + p_lo) & R.MASK32
+        hi, lo = R._mul32(a, b)
+        assert torch.equal(hi, want_hi) and torch.equal(lo, want_lo), hex(b)
+        wrapped = wrapped or bool(((a * b) < 0).any())
+    assert wrapped  # the case the wrap-around reading exists for (MURMUR_C1, the Philox constants, 2**32 - 1)

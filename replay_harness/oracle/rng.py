@@ -102,21 +102,20 @@ def _hi32(x: torch.Tensor) -> torch.Tensor:
 
 
 def _mul32(a: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Full 64-bit product of uint32 ``a`` (tensor) and ``b`` (int constant).
+    """Full 64-bit product of uint32 ``a`` (int64 tensor) and ``b`` (int constant in [0, 2**32)).
 
-    Returns ``(hi, lo)``, the high and low 32-bit words, each in [0, 2**32).
-    ``a`` is split into 16-bit halves so every intermediate stays below 2**49.
+    Returns ``(hi, lo)``, the high and low 32-bit words, each in [0, 2**32). The product is below 2**64, and
+    torch's int64 multiply keeps its low 64 bits (two's complement wrap-around), which are the product's bits:
+    the arithmetic shift's sign bits above bit 31 are masked off. tests/test_rng.py checks this against the
+    product split into 16-bit halves, on words that carry into bit 63.
     """
-    p_lo = (a & 0xFFFF) * b  # < 2**48
-    p_hi = (a >> 16) * b  # < 2**48; the product is p_hi * 2**16 + p_lo
-    hi = (p_hi + (p_lo >> 16)) >> 16
-    lo = (((p_hi & 0xFFFF) << 16) + p_lo) & MASK32
-    return hi, lo
+    p = a * b
+    return (p >> 32) & MASK32, p & MASK32
 
 
 def _mullo32(a: torch.Tensor, b: int) -> torch.Tensor:
     """``a * b mod 2**32`` for uint32 ``a`` (tensor) and ``b`` (int constant)."""
-    return _mul32(a, b)[1]
+    return (a * b) & MASK32
 
 
 def _rotl32(x: torch.Tensor, r: int) -> torch.Tensor:
