@@ -179,9 +179,10 @@ def test_verify_fails_a_sampler_that_drops_a_penalty_and_passes_the_reference(tm
     code, out, err = main_inproc("verify", rec, "--impl", "no-penalties", "--trials", "100", "--json")
     doc = json.loads(out)
     assert code == 1 and {"distribution", "acceptance"} <= {f["kind"] for f in doc["failures"]}, err
-    code, out, err = main_inproc("verify", rec, "--impl", "reference", "--trials", "100", "--json")
+    # 100 trials leave the residual draw without power here (exit 4: docs/VERIFY.md, "Power per mechanism")
+    code, out, err = main_inproc("verify", rec, "--impl", "reference", "--trials", "800", "--json")
     doc = json.loads(out)
-    assert code == 0, [f["message"] for f in doc["failures"]]
+    assert code == 0, ([f["message"] for f in doc["failures"]], doc["uncovered"])
     notes = [n for u in doc["units"] for n in u["notes"]]
     assert any("recorded drafts kept in every trial" in n for n in notes), notes
     assert np.isfinite(doc["per_test_threshold"])

@@ -49,7 +49,11 @@ class Founding(ReferenceSampler):
 
 def test_a_correct_sampler_of_another_rng_passes_the_rng_independent_rules():
     results = run_conformance(OtherRng(), find_vectors(), trials=40)
-    assert sorted(r.rule.id for r in results if r.status == "ok") == INDEPENDENT
+    status = {r.rule.id: r.status for r in results}
+    # at 40 trials a rule whose mechanisms (rules.MECHANISMS_OF) its vector could not have caught is "no power"
+    assert {rule for rule in INDEPENDENT if status[rule] != "ok"} <= {"draft-logits", "min-p", "stochastic-verify",
+                                                                      "top-k-ties"}, status
+    assert all(status[rule] in ("ok", "no power") for rule in INDEPENDENT) and status["position-keyed-noise"] == "ok"
     assert all(r.mode == "rng-independent" and r.tests > 0 for r in results if r.status == "ok")
     assert sorted(r.rule.id for r in results if r.status == "n/a") == sorted(r.id for r in RULES if r.mrv2_only)
     assert not [r.failures for r in results if r.failures]
@@ -59,10 +63,13 @@ def test_the_founding_style_sampler_fails_them_by_rule():
     rules = ["greedy-ties", "stochastic-verify", "draft-logits", "temperature", "gumbel-hash"]
     results = run_conformance(Founding(), find_vectors(rules=rules), trials=60)
     failed = {r.rule.id for r in results if r.status == "FAIL"}
-    assert failed == {"stochastic-verify", "draft-logits", "temperature"}, failed
+    # the temperature vector's plain requests fail by their noise (keyed without the position): that failure is
+    # the noise's own line, not the temperature rule's (issue 66 item 8)
+    assert failed == {"stochastic-verify", "draft-logits", "position-keyed-noise"}, failed
     assert "greedy-ties" not in failed  # greedy is right: no FAIL with every token matched
     for r in results:
-        assert all(line.startswith(f"rule {r.rule.id}: step ") for line in r.failures)
+        assert all(line.startswith(f"rule {r.rule.id}: step " if r.rule.id != "position-keyed-noise"
+                                   else "rule position-keyed-noise: vector ") for line in r.failures)
     sv = next(r for r in results if r.rule.id == "stochastic-verify")
     assert any("acceptance test failed" in line for line in sv.failures), sv.failures
 
@@ -80,4 +87,5 @@ def test_cli_reports_mrv2_vectors_as_not_applicable():
 
 def test_a_vector_where_nothing_could_fail_is_no_power_not_ok():
     results = run_conformance(OtherRng(), find_vectors(rules=["temperature", "greedy-ties"]), trials=2)
-    assert {r.rule.id: r.status for r in results} == {"temperature": "no power", "greedy-ties": "ok"}
+    assert {r.rule.id: r.status for r in results} == {"temperature": "no power", "greedy-ties": "ok",
+                                                      "position-keyed-noise": "no power"}

@@ -112,7 +112,9 @@ def test_a_tampered_step_read_by_rank_1_gives_rank_0_the_one_digest_warning(tmp_
     dcode, dout, derr, _ = _run(args, nproc=2)
     assert err.count("replay: warning:") == 1 and "content digest does not match" in err
     assert derr.count("replay: warning:") == 1 and "content digest does not match" in derr
-    assert (dcode, dout) == (code, out)
+    assert dout == out
+    # torchrun exits 1 for any non-zero rank; rank 0's own code is in its report (docs/SCALE.md)
+    assert dcode == code if code in (0, 1) else (dcode == 1 and re.search(rf"exitcode\s*:\s*{code}\b", derr)), derr
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill", "hang"])

@@ -710,12 +710,20 @@ def write_vector(rule: str, out: Path) -> Path:
     if rule in ABLATIONS:
         for s in built:
             check_ablation(s, rule)
-    source = {"engine": "reference", "rule": rule, "statement": RULE[rule].statement,
-              "doc": f"docs/FIXTURES.md, '{RULE[rule].section}'", "tool": "tools/make_conformance.py"}
-    with RecordingWriter(out, vocab_size=VOCAB.get(rule, V), rng_contract=contract, source=source, synthetic=True,
+    return write_steps(out, built, emitted, rule=rule, statement=RULE[rule].statement, section=RULE[rule].section,
+                       tool="tools/make_conformance.py", vocab=VOCAB.get(rule, V), contract=contract)
+
+
+def write_steps(out: Path, steps, emitted_of, *, rule: str, statement: str, section: str, tool: str, vocab: int,
+                contract: str) -> Path:
+    """Write a vector: a SYNTHETIC recording of ``steps`` with ``emitted_of(step)`` as what was emitted, without
+    ``write_stats`` (timings), so that writing it again gives the same bytes (tools/make_tree_vectors.py too)."""
+    source = {"engine": "reference", "rule": rule, "statement": statement, "doc": f"docs/FIXTURES.md, '{section}'",
+              "tool": tool}
+    with RecordingWriter(out, vocab_size=vocab, rng_contract=contract, source=source, synthetic=True,
                          overwrite=True) as w:
-        for s in built:
-            w.write_step(s, emitted(s), meta={"rule": rule})
+        for s in steps:
+            w.write_step(s, emitted_of(s), meta={"rule": rule})
     manifest = json.loads((out / "manifest.json").read_text())
     manifest.pop("write_stats", None)  # timings: a vector written again must be the same bytes
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -20,6 +20,8 @@
 //   s.pipeline(p, cu, V);                             // the fields in use, each with its partners
 //   s.emitted_logprobs(slots, K + 1);                 // [R][slot] {ids, values, rank}: column 0 the emitted token
 //   s.emitted_kept_mask(kept, K + 1, V);              // [R][slot] the kept token ids, packed
+//   s.draft_trees({{-1, -1, 0}, {}}, cu);              // draft trees: each node's parent; {} not a tree (verify_method
+//                                                    // 3 / 0 and tree_parent, docs/FIXTURES.md "Draft trees")
 // A step holding a minor-2 field makes the manifest say "schema_minor": 2 (rewritten when the first such step
 // is written); a recording without one stays minor 0, as before.
 //
@@ -146,7 +148,7 @@ inline bool is_minor2_name(const std::string& n) {
       "allowed_token_ids", "cu_allowed_token_ids", "stop_token_ids", "cu_stop_token_ids", "bad_words_token_ids",
       "cu_bad_words_token_ids", "bad_words_lengths", "cu_bad_words_lengths", "logit_bias_ids", "logit_bias_values",
       "cu_logit_bias", "grammar_bitmask", "emitted_logprobs", "emitted_logprob_ids", "emitted_logprob_ranks",
-      "emitted_kept_mask"};
+      "emitted_kept_mask", "verify_method", "tree_parent"};
   for (const char* x : names)
     if (n == x) return true;
   return false;
@@ -293,6 +295,32 @@ class Step {
       put("has_grammar", "I8", rs, has);
       put("grammar_bitmask", "I32", {cu.back(), w}, bitmask);
     }
+  }
+
+  // Draft trees (docs/FIXTURES.md "Draft trees"): verify_method [R] (3 "tree" where trees[r] is set, else 0
+  // "standard") and tree_parent [N]. trees[r]: request r's k_r node parents (node i described on row cu[r] + i: -1 the
+  // root, else an earlier node); empty for a request that is not a tree (its parents are written as the chain i - 1;
+  // a tree of no nodes is a plain sample, standard too). -1 on each bonus row. Positions are the caller's: node i at
+  // the first node's position + depth - 1, the bonus row at that position + the tree's depth.
+  void draft_trees(const std::vector<std::vector<int32_t>>& trees, const std::vector<int32_t>& cu) {
+    const int64_t r = static_cast<int64_t>(trees.size());
+    if (r == 0 || static_cast<int64_t>(cu.size()) != r + 1)
+      throw std::invalid_argument("replay: draft_trees() needs one parent list a request and cu_num_logits [R+1]");
+    std::vector<int8_t> method;
+    std::vector<int32_t> parent;
+    for (int64_t i = 0; i < r; ++i) {
+      const int32_t k = cu[i + 1] - cu[i] - 1;
+      const auto& t = trees[static_cast<size_t>(i)];
+      if (!t.empty() && static_cast<int32_t>(t.size()) != k)
+        throw std::invalid_argument("replay: draft_trees(): request " + std::to_string(i) + " has " +
+                                    std::to_string(k) + " nodes (draft rows) but " + std::to_string(t.size()) +
+                                    " parents");
+      method.push_back(t.empty() ? 0 : 3);
+      for (int32_t j = 0; j < k; ++j) parent.push_back(t.empty() ? j - 1 : t[static_cast<size_t>(j)]);
+      parent.push_back(-1);
+    }
+    put("verify_method", "I8", {r}, method);
+    put("tree_parent", "I32", {static_cast<int64_t>(parent.size())}, parent);
   }
 
   // emitted_logprobs / _ids [R, K+1, L] and emitted_logprob_ranks [R, K+1] from slots[r][i] (the emitted slots of

@@ -47,6 +47,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -197,6 +198,11 @@ class SafeTensors {
     data_start_ = 8 + n;
   }
   bool has(const std::string& name) const { return header_.fields.count(name) != 0; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& kv : header_.fields) out.push_back(kv.first);
+    return out;
+  }
   Tensor get(const std::string& name) const {
     const Json& h = header_.at(name);
     Tensor t;
@@ -231,7 +237,8 @@ class SafeTensors {
     std::vector<int64_t> out(static_cast<size_t>(t.numel()));
     for (size_t i = 0; i < out.size(); ++i) {
       if (t.dtype == "I64") { std::memcpy(&out[i], t.data + 8 * i, 8); continue; }
-      if (t.dtype != "I32") throw std::runtime_error("tensor '" + name + "': expected I32 or I64, got " + t.dtype);
+      if (t.dtype == "I8") { out[i] = static_cast<int8_t>(t.data[i]); continue; }
+      if (t.dtype != "I32") throw std::runtime_error("tensor '" + name + "': expected I8, I32 or I64, got " + t.dtype);
       int32_t v;
       std::memcpy(&v, t.data + 4 * i, 4);
       out[i] = v;
@@ -479,9 +486,24 @@ Reply sample_step(const SafeTensors& st) {
   int64_t K = 0;
   for (size_t r = 0; r < R; ++r) K = std::max<int64_t>(K, cu[r + 1] - cu[r] - 1);
 
+  // The inputs of schema minor 1 are all this example implements. A step holding any other input (the sampling
+  // pipeline's processors, grammar masks or logprob requests; docs/FIXTURES.md "The sampling pipeline") is refused
+  // whole, naming the fields, and a request verified by another method than the standard one ("Verification
+  // methods") is refused alone: never sampled as if the field were absent.
+  static const std::set<std::string> kMinor1 = {"logits", "cu_num_logits", "draft_token_ids", "positions",
+                                                "temperature", "top_k", "top_p", "min_p", "seed", "request_ids",
+                                                "draft_logits", "__metadata__", "draft_sampling"};
+  std::string pipeline;
+  for (const std::string& name : st.names())
+    if (!kMinor1.count(name) && name.rfind("emitted_", 0) != 0 && name.rfind("cu_", 0) != 0 &&
+        name != "verify_method" && name.rfind("fly_", 0) != 0)
+      pipeline += (pipeline.empty() ? "" : ", ") + name;
+  std::vector<int64_t> method(R, 0);
+  if (st.has("verify_method")) method = st.ints("verify_method");
+
   auto t0 = std::chrono::steady_clock::now();
   Reply rep;
-  std::vector<int64_t> refused_t, refused_filters;
+  std::vector<int64_t> refused_t, refused_filters, refused_method;
   std::vector<float> z;
   for (size_t r = 0; r < R; ++r) {
     std::vector<int64_t> out;
@@ -490,7 +512,12 @@ Reply sample_step(const SafeTensors& st) {
     const int64_t top = (top_k[r] <= 0 || top_k[r] > V) ? V : top_k[r];
     const bool filtered = top != V || top_p[r] != 1.0f || min_p[r] != 0.0f;
     std::string route;
-    if (t == 0.0f) {  // greedy: raw logits, filters ignored
+    if (!pipeline.empty()) {
+      route = "refused";
+    } else if (method[r] != 0 && k > 0) {
+      route = "refused";
+      refused_method.push_back(ids[r]);
+    } else if (t == 0.0f) {  // greedy: raw logits, filters ignored
       route = k > 0 ? "greedy-verify" : "greedy-sample";
       out = greedy_walk(&logits[a * V], &drafts[a], k, V);
     } else if (k > 0 && kBuild == Build::GreedyOnly) {  // the founding bug: greedy verify at t > 0
@@ -515,6 +542,12 @@ Reply sample_step(const SafeTensors& st) {
     rep.routes.push_back(route);
   }
   rep.kernel_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (!pipeline.empty())
+    rep.notes.push_back("refused every request: the sampling pipeline's inputs (" + pipeline +
+                        ") are not implemented in this example");
+  if (!refused_method.empty())
+    rep.notes.push_back("refused requests " + join_ids(refused_method) +
+                        ": only the standard verification method is implemented in this example");
   if (!refused_t.empty())
     rep.notes.push_back("refused requests " + join_ids(refused_t) +
                         ": temperature > 0 under speculative decoding needs a stochastic verifier");

@@ -24,6 +24,9 @@ accepted drafts, is distributed as ``p_j`` = softmax of row ``j`` after ``apply_
   not the draft; a walk that stops right after accepting a draft).
 * ``forbidden-token`` and ``penalty``: the sampling pipeline's rules (grammar mask, allowed ids, logit bias,
   min-tokens, bad words; repetition / frequency / presence penalties): :mod:`replay_harness.checks.audit_pipeline`.
+* block and FLy acceptance by their own laws, FLy's lossy note, noise shared between drafter and verifier
+  (``shared-draft-noise``): :mod:`replay_harness.checks.audit_methods`; draft trees (their path, the rows of their
+  tokens): :mod:`replay_harness.checks.audit_tree`.
 
 Thresholds: a statistical test is a *finding* at p < ``FINDING_P`` (1e-6) and a *note* ("suspicious") at
 p < ``NOTE_P`` (1e-3). Tests per recording: 7 statistics x (2 pooled scopes + one per request id) at most (the
@@ -36,6 +39,8 @@ from typing import Callable, Iterable
 
 import torch
 
+from replay_harness.checks import audit_tree
+from replay_harness.checks.audit_methods import MethodAudit, judge as judge_methods, resample_may_repeat
 from replay_harness.checks.audit_pipeline import PENALTY_TEST, Forbidden, StepPipeline, judge_forbidden
 from replay_harness.checks.findings import AuditResult, Finding, Term, TestResult
 from replay_harness.checks.tails import format_p, poisson_binomial_log_tail  # noqa: F401 (format_p: re-exported)
@@ -126,6 +131,7 @@ class _Collector:
         self.prev_interval: dict[int, tuple[float, float]] = {}
         self.forbidden = Forbidden()
         self.pipe: StepPipeline | None = None
+        self.methods = MethodAudit()  # block, FLy, probabilistic drafts (checks/audit_methods.py)
 
     def certain_finding(self, kind: str, step: int, rid: int, detail: str) -> None:
         self.certain.setdefault(kind, []).append((step, rid, detail))
@@ -148,14 +154,20 @@ class _Collector:
                 self.result.refused += 1
                 continue
             toks = tokens[r, :c].tolist()
-            self._structure(index, rid, toks, drafts[a:a + k], k)
+            tree = audit_tree.emitted_rows(self, index, step, r, rid, toks, resample_may_repeat(step, r)) \
+                if audit_tree.is_tree(step, r) else None  # draft trees: the rows of their path (audit_tree.py)
+            if tree is None:
+                self._structure(index, rid, toks, drafts[a:a + k], k, resample_may_repeat(step, r))
+            toks, rows = (toks, [a + i for i in range(len(toks))]) if tree is None else (toks[:len(tree)], tree)
             temperature = float(step.temperature[r])
             if temperature == 0.0:
-                self._greedy(index, rid, step, r, a, toks, processed)
+                self._greedy(index, rid, step, r, rows, toks, processed)
                 continue
             scope = "verify" if k > 0 else "plain"
+            own = self.methods.request(index, step, r, rid, toks, processed[a:a + k + 1], log_p[a:a + k + 1]) \
+                or tree is not None  # a tree's acceptance is its siblings' law: no chain acceptance terms
             for i, t in enumerate(toks):
-                j = a + i
+                j = rows[i]
                 lp = log_p[j]
                 probs = lp.exp()
                 self.result.tokens_stochastic += 1
@@ -173,8 +185,8 @@ class _Collector:
                 is_max = row == row.max()
                 hit = bool(is_max[t])
                 self.terms["argmax"].append(Term(index, rid, i, scope, float(probs[is_max].sum()), hit))
-                d = drafts[j] if i < k else -1
-                if d >= 0:
+                d = drafts[j] if i < k and tree is None else -1
+                if d >= 0 and not own:  # block / FLy: their own acceptance law (audit_methods.py)
                     alpha = self._accept_prob(step, probs, d, int(d_idx[j]), temperature)
                     if alpha == alpha:  # NaN: a draft-logits row with no distribution (all -inf, or overflowing)
                         self.terms["accept-high"].append(Term(index, rid, i, scope, alpha, t == d))
@@ -183,27 +195,28 @@ class _Collector:
                     self._residual(index, rid, step, lp, int(d_idx[j]), temperature, t)
                 self._noise(index, rid, i, scope, probs, is_max, t, hit)
 
-    def _structure(self, index: int, rid: int, toks: list[int], drafts: list[int], k: int) -> None:
+    def _structure(self, index: int, rid: int, toks: list[int], drafts: list[int], k: int,
+                   may_repeat: bool = False) -> None:
         for i, t in enumerate(toks[:-1]):
             if i >= k or t != drafts[i]:
                 self.certain_finding("structure", index, rid, f"token {i} ({t}) is not the draft "
                                      f"({drafts[i] if i < k else 'none'}) yet later tokens follow")
                 return
         last = len(toks) - 1
-        if last < k and drafts[last] >= 0 and toks[last] == drafts[last]:
+        if last < k and drafts[last] >= 0 and toks[last] == drafts[last] and not may_repeat:
             self.certain_finding("structure", index, rid, f"the walk stopped after accepting draft {last} "
                                  f"({toks[last]}) instead of verifying the next row")
 
-    def _greedy(self, index: int, rid: int, step: Step, r: int, a: int, toks: list[int],
+    def _greedy(self, index: int, rid: int, step: Step, r: int, rows: list[int], toks: list[int],
                 processed: torch.Tensor) -> None:
         """Greedy tokens against the argmax of their rows after the pipeline's rules (``processed``: a greedy row
         takes them and no filter)."""
         for i, t in enumerate(toks):
             self.result.tokens_greedy += 1
-            if self.pipe is not None and self.pipe.forbids(a + i, t):
+            if self.pipe is not None and self.pipe.forbids(rows[i], t):
                 self.forbidden.add(self.certain, index, step, r, rid, i, t)
                 continue
-            row = processed[a + i] if step.has_pipeline else step.logits[a + i].float()
+            row = processed[rows[i]] if step.has_pipeline else step.logits[rows[i]].float()
             row = torch.nan_to_num(row, nan=-math.inf, neginf=-math.inf)
             gap = float(row.max() - row[t])
             if gap > NEAR_TIE_TOL:
@@ -269,6 +282,7 @@ def run_test(name: str, scope: str, terms: list[Term]) -> TestResult:
 
 def _judge(result: AuditResult, col: _Collector, finding_p: float, note_p: float) -> None:
     lf, ln = math.log10(finding_p), math.log10(note_p)
+    judge_methods(result, col.methods, finding_p, note_p)
     for name, terms in col.terms.items():
         pooled = [run_test(name, s, [t for t in terms if t.scope == s]) for s in SCOPES]
         by_req: dict[int, list[Term]] = {}

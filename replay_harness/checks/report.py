@@ -1,9 +1,12 @@
 """What `replay verify` found: one Check per test, one UnitReport per request of a step, the VerifyReport,
 and :func:`finalize`, which judges the statistical checks as one Bonferroni family (docs/VERIFY.md,
-"Threshold and false-alarm rate"). No printing here (replay_harness/cli/verify.py prints).
+"Threshold and false-alarm rate"), and :func:`coverage`, which judges the mechanisms each recording exercised
+(docs/VERIFY.md, "Power per mechanism"; filled in per request by :mod:`replay_harness.checks.power`). No
+printing here (replay_harness/cli/verify.py prints).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -13,6 +16,8 @@ from replay_harness.checks.stats import MC_CUTOFF, monte_carlo_p, simulations_fo
 
 STATISTICAL = ("distribution", "acceptance", "independence", "position")
 DEFAULT_ALPHA = 1e-3  # family-wise false-alarm rate of one verify run (Bonferroni over its tests)
+MIN_EFFECT = 1e-3  # a mechanism's bug moving less of a request's probability is not judged on it (power.py)
+ORDER = ("greedy", "temperature", "position-noise", "top-k", "top-p", "min-p", "acceptance", "residual")  # power.py
 TEST_TITLES = {"position": "position test (noise does not depend on position)"}  # failure lines; else "KIND test"
 
 
@@ -60,8 +65,6 @@ class Check:
     def trials_for_power(self, threshold: float) -> int | None:
         """About the trials per request with which an outcome in the bug's direction falls below
         ``threshold`` (floor ~ 2 r^n); None when no number of trials does (r = 1)."""
-        import math
-
         r = self.floor_rate
         if r is None or r >= 1.0 - 1e-12:
             return None
@@ -104,6 +107,10 @@ class UnitReport:
     status: str
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # mechanism id -> the bug's effect on this request / the probability the tests run missed it
+    # (replay_harness/checks/power.py); empty: no mechanism judged (reports built by hand)
+    exercised: dict[str, float] = field(default_factory=dict)
+    covers: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[Check]:
@@ -120,6 +127,8 @@ class VerifyReport:
     units: list[UnitReport] = field(default_factory=list)
     threshold: float | None = None  # per-test p-value floor: alpha / (number of statistical tests)
     simulations: int = 0  # Monte Carlo simulations run by finalize, all tests together
+    # per recording, per exercised mechanism: effect, miss, covered, trials_needed (set by finalize; power.py)
+    coverage: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     @property
     def checks(self) -> list[Check]:
@@ -155,13 +164,24 @@ class VerifyReport:
         return [c for c in self.checks if c.statistical and c.p_value is not None and c.powered is not False]
 
     @property
+    def uncovered(self) -> dict[str, list[str]]:
+        """Per recording, the mechanisms its requests exercise that no test could have caught (power.py)."""
+        return uncovered(self.coverage)
+
+    @property
     def inconclusive(self) -> bool:
-        """Nothing failed, and no statistical test could have failed in a bug's direction (all powerless, or
-        none ran: every request greedy or not testable): no pass (exit 4)."""
-        return self.ok and not self.powered
+        """Nothing failed, and either no statistical test could have failed in a bug's direction (all
+        powerless, or none ran: every request greedy or not testable) or a recording exercises a mechanism
+        none of its tests could have caught (docs/VERIFY.md, "Power per mechanism"): no pass (exit 4)."""
+        return self.ok and (not self.powered or bool(self.uncovered))
 
     def trials_needed(self) -> int | None:
-        """The --trials with which at least one powerless test could fail (None: none can)."""
+        """The --trials with which every uncovered mechanism, or else at least one powerless test, could fail
+        (None: no number of trials does)."""
+        gaps = [v for rec in self.coverage.values() for v in rec.values() if not v["covered"]]
+        if gaps:
+            needs = [v["trials_needed"] for v in gaps]
+            return None if None in needs else max(needs)
         needs = [c.trials_for_power(self.threshold) for c in self.powerless] if self.threshold else []
         needs = [n for n in needs if n is not None]
         return min(needs) if needs else None
@@ -177,6 +197,7 @@ class VerifyReport:
                              "request_id": u.request_id, "routes": u.routes} for u in self.refused],
                 "not_testable": [{"recording": u.recording, "step": u.step, "request": u.request,
                                   "request_id": u.request_id, "notes": u.notes} for u in self.untestable],
+                "mechanisms": self.coverage, "uncovered": self.uncovered,
                 "units": [{**asdict(u), "checks": [c.to_dict() for c in u.checks]} for u in self.units],
                 "ok": self.ok}
 
@@ -204,4 +225,54 @@ def finalize(report: VerifyReport) -> VerifyReport:
         c.passed = c.p_value >= report.threshold
         if c.floor_p is not None:
             c.powered = c.floor_p < report.threshold
+    report.coverage = coverage(report.units, report.threshold or report.alpha)
     return report
+
+
+# Power per mechanism (docs/VERIFY.md, "Power per mechanism"): what replay_harness/checks/power.py filled in per
+# request, judged per recording against the run's threshold.
+
+
+def trials_for(miss: float, trials: int, threshold: float) -> int | None:
+    """The trials with which a miss probability ``miss`` seen at ``trials`` falls below ``threshold`` (it falls
+    about geometrically in the trials); None when no number does (miss 1)."""
+    if not 0.0 < miss < 1.0 - 1e-12:
+        return None if miss >= 1.0 - 1e-12 else trials
+    t = math.ceil(trials * math.log(threshold / 2) / math.log(miss))
+    return t + t % 2
+
+
+def coverage(units, threshold: float) -> dict[str, dict[str, dict]]:
+    """Per recording, per exercised mechanism: {"effect", "miss", "covered", "trials_needed"}. Only tested
+    requests count (a refused one fails the run; one with no test is listed as not testable)."""
+    out: dict[str, dict[str, dict]] = {}
+    for u in units:
+        if getattr(u, "status", None) != "tested" or not getattr(u, "exercised", None):
+            continue
+        rec = out.setdefault(u.recording, {})
+        for m, effect in u.exercised.items():
+            if effect < MIN_EFFECT:
+                continue
+            miss = u.covers.get(m, 1.0)
+            cur = rec.get(m)
+            need = trials_for(miss, u.trials, threshold) if miss >= threshold else None
+            if cur is None:
+                rec[m] = {"effect": effect, "miss": miss, "covered": miss < threshold, "trials_needed": need}
+                continue
+            cur["effect"] = max(cur["effect"], effect)
+            cur["covered"] = cur["covered"] or miss < threshold
+            cur["miss"] = min(cur["miss"], miss)
+            if need is not None:
+                cur["trials_needed"] = need if cur["trials_needed"] is None else min(cur["trials_needed"], need)
+    for rec in out.values():
+        for v in rec.values():
+            if v["covered"]:
+                v["trials_needed"] = None
+    rank = {m: i for i, m in enumerate(ORDER)}
+    return {label: dict(sorted(rec.items(), key=lambda kv: rank.get(kv[0], len(ORDER)))) for label, rec in out.items()}
+
+
+def uncovered(cov: dict[str, dict[str, dict]]) -> dict[str, list[str]]:
+    """Per recording, the exercised mechanisms no test covered (empty recordings left out)."""
+    found = {label: [m for m, v in rec.items() if not v["covered"]] for label, rec in cov.items()}
+    return {label: ms for label, ms in found.items() if ms}

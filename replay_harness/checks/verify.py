@@ -13,7 +13,7 @@ The per-step driver (:func:`verify_step`) and the tests it runs, per request (do
   every copy in the same batch row with the same seed at positions shifted by 2K; noise keyed by (seed,
   batch row) but not position (the founding engine's random-sample kernel) repeats its outcomes there;
 * exact checks (no p-value; any deviation fails): ``support`` (a token of probability 0 emitted),
-  ``structure`` (accepted prefix is not the drafts, bad count, no -1 padding), ``greedy``.
+  ``structure`` (bad count, prefix not the drafts, no -1 padding), ``greedy``, ``route`` (and power: :mod:`.power`).
 
 Statistical checks form one family, judged by :func:`replay_harness.checks.report.finalize`.
 """
@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
+from replay_harness.checks import methods_verify, power, tree_verify
 from replay_harness.checks.laws import RequestLaw, request_law, softmax64
 from replay_harness.checks.report import (DEFAULT_ALPHA, STATISTICAL, Check, UnitReport, VerifyReport,
                                           finalize)
@@ -69,6 +70,9 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
         if seed_key is not None:
             rng = request_rng(seed_key[0], seed_key[1], index, r)
         a, b = cu[r], cu[r + 1]
+        if tree_verify.is_tree(step, r):  # draft trees: their own walk and laws (checks/tree_verify.py)
+            units.append(tree_verify.verify(label, index, step, r, impl, trials, rng, device, processed, on_chunk))
+            continue
         k, temp = b - a - 1, float(step.temperature[r])
         drafts = step.draft_token_ids[a:b - 1].tolist()
         half = (trials + 1) // 2
@@ -82,14 +86,15 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
             dl = step.draft_logits[d_idx[a:b - 1]] if step.draft_logits is not None and k > 0 else None
             law = request_law(processed[a:b], drafts, temp, dl, sample_drafts and not history)
         sampled = law is not None and law.sampled
-        trial_drafts = law.draw_drafts(rng, 2 * half) if sampled else None
+        groups_of = [(seeds, 0), (second, k + 1 if twins else 0)]  # probabilistic drafts: the contract drafter's
+        trial_drafts = methods_verify.trial_drafts(step, r, law, rng, groups_of) if sampled else None
         groups = [Group(seeds, 0, None if trial_drafts is None else trial_drafts[:half]),
                   Group(second, k + 1 if twins else 0, None if trial_drafts is None else trial_drafts[half:])]
         first, other = run_groups(step, r, impl, groups, device, index, on_chunk)
         again = None
         if twins and law is not None:  # same seeds, same batch rows, positions shifted by 2K
-            again = run_groups(step, r, impl, [Group(seeds, 2 * (k + 1), law.draw_drafts(rng, half) if sampled
-                                                     else None)], device, index, on_chunk)[0]
+            shifted = methods_verify.trial_drafts(step, r, law, rng, [(seeds, 2 * (k + 1))]) if sampled else None
+            again = run_groups(step, r, impl, [Group(seeds, 2 * (k + 1), shifted)], device, index, on_chunk)[0]
         tokens = np.concatenate([first.tokens, other.tokens])
         counts = np.concatenate([first.counts, other.counts])
         routes = np.concatenate([first.routes, other.routes] + ([again.routes] if again is not None else []))
@@ -106,6 +111,7 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
             unit.notes.append("recorded drafts kept in every trial: the request's penalties, bad words or "
                               "min-tokens read the drafts before each row")
         where = dict(recording=label, step=index, request=r, request_id=unit.request_id)
+        power.check_route(unit, where, name)
         refused = (routes[:counts.size] == ROUTE_CODE["refused"]) | (counts == 0)
         rerun_refused = again is not None and bool(((again.routes == ROUTE_CODE["refused"]) |
                                                     (again.counts == 0)).any())
@@ -117,7 +123,9 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
         if not _structure_ok(unit, where, tokens, counts, trial_drafts, step.vocab_size, name, greedy=law is None):
             continue
         if law is None:
-            _check_greedy(unit, where, tokens, counts, _greedy_walk(processed[a:b], drafts), name)
+            want = methods_verify.greedy_walk(step, r, processed[a:b], drafts)  # FLy defers at T = 0 too
+            _check_greedy(unit, where, tokens, counts, want, name)
+            power.greedy_unit(unit)
             continue
         if not np.isfinite(law.emit).all():
             unit.status = "skipped"
@@ -128,6 +136,10 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
             unit.notes.append("a draft-logits row gives no distribution after the temperature (all -inf, or "
                               "overflowing): no law to test against")
             continue
+        if methods_verify.check_request(unit, where, step, r, processed[a:b], law, tokens, counts, trial_drafts,
+                                        groups_of, rng, name, (first, other, again) if twins else None):
+            unit.status = "tested" if unit.checks else "untestable"  # block / FLy: their own laws
+            continue
         _check_positions(unit, where, tokens, counts, law, name, step)
         if twins:
             _check_pairs(unit, where, "independence", first, other, law,
@@ -137,6 +149,8 @@ def verify_step(label: str, index: int, step: Step, impl: Any, trials: int, rng:
                          f"{2 * (k + 1)}")
         if not unit.checks:  # nothing could be tested (all mass in one bin, outcome certain): not a pass
             unit.status = "untestable"
+        else:  # which mechanisms this request exercises, and how likely each one's bug was to be missed
+            power.stochastic_unit(unit, law, step, r, counts, twins)
     return units
 
 
@@ -192,12 +206,6 @@ def verify_units(sources: list[tuple], open_impl: Callable[[torch.device], Any],
     return None if parts is None else [u for part in parts for u in part]
 
 
-def _greedy_walk(processed: torch.Tensor, drafts: list[int]) -> list[int]:
-    from replay_harness.oracle.walk import verify_request
-
-    return verify_request(processed, drafts, [0] * (len(drafts) + 1), 0.0, 0, None)
-
-
 def _structure_ok(unit: UnitReport, where: dict, tokens: np.ndarray, counts: np.ndarray, drafts: np.ndarray,
                   vocab: int, name: str, greedy: bool) -> bool:
     """Counts in [1, k+1], last token in the vocabulary, -1 after it, accepted prefix == the trial's
@@ -242,9 +250,10 @@ def _check_greedy(unit: UnitReport, where: dict, tokens: np.ndarray, counts: np.
 
 def removed_by(step: Step, r: int, j: int, token: int) -> str:
     """Which rule removed ``token`` from row j of request r: a rule of the sampling pipeline (grammar mask,
-    allowed ids, bias, min-tokens, bad words: compare/ablation.py's ``forbidding_rule``), else the filters
-    applied one by one in the reference's order (temperature, min-p, top-k, top-p), the first that leaves
-    it -inf is named."""
+    allowed ids, bias, min-tokens, bad words: compare/ablation.py's ``forbidding_rule``), else the filter whose
+    omission alone admits it (a sampler that skips min-p emits tokens top-p's cut removes only after min-p),
+    else the filters applied one by one in the reference's order (temperature, min-p, top-k, top-p), the first
+    that leaves it -inf."""
     one = step.select([r])
     row = one.cu_num_logits.tolist()[0] + j
     if not bool(torch.isfinite(one.logits[row, token].float())):
@@ -256,6 +265,12 @@ def removed_by(step: Step, r: int, j: int, token: int) -> str:
     off = dict(min_p=torch.zeros_like(one.min_p), top_k=torch.zeros_like(one.top_k), top_p=torch.ones_like(one.top_p))
     names = [("min_p", f"removed by min-p {float(one.min_p[0]):g}"), ("top_k", f"removed by top-k {int(one.top_k[0])}"),
              ("top_p", f"removed by top-p {float(one.top_p[0]):g}")]
+    for f, why in names:  # the one filter whose omission admits the token is the one missing (min-p before top-p
+        on = getattr(one, f)  # changes top-p's cut: the later filter removes it too, but min-p is what is missing)
+        if bool((on != off[f]).any()):
+            x = apply_sampling_params(dataclasses.replace(one, **{f: off[f]}))
+            if bool(torch.isfinite(x[row, token])):
+                return why
     for i, (_, why) in enumerate(names):
         keep = {f: getattr(one, f) for f, _ in names[:i + 1]}
         x = apply_sampling_params(dataclasses.replace(one, **{**off, **keep}))
@@ -339,10 +354,11 @@ def _check_pairs(unit: UnitReport, where: dict, kind: str, a: Outcomes, b: Outco
         expected=c, observed=hits / n, method="binomial", floor_p=binomial_p(n, n, c), floor_rate=c,
         floor_scale=2.0,
         message=f"{what} gave the same outcome in {_pct(hits / n)} of {n} pairs; expected {_pct(c)} for "
-                f"independent runs: {pair_diagnosis(kind, hits / n > c, unit, a)}", **where))
+                f"independent runs: {pair_diagnosis(kind, hits / n > c, unit, a, power.argmax_walks(a, law.p))}",
+        **where))
 
 
-def pair_diagnosis(kind: str, too_many: bool, unit: UnitReport, a: Outcomes) -> str:
+def pair_diagnosis(kind: str, too_many: bool, unit: UnitReport, a: Outcomes, argmax: bool = False) -> str:
     """The direction of a twin / position test and every mechanism its evidence fits (docs/VERIFY.md,
     "Reading a failure"): too few coincidences is a wrong marginal; too many is a run that ignores its
     seed (greedy at T > 0: named first when the impl reported a greedy route or every run gave one
@@ -356,6 +372,8 @@ def pair_diagnosis(kind: str, too_many: bool, unit: UnitReport, a: Outcomes) -> 
     if greedy:  # the impl said it decoded greedily: no noise was drawn, so none is to blame
         return (f"too many coincidences; fits greedy decoding at temperature {unit.temperature:g} (route "
                 f"{','.join(greedy)}): the outcome does not depend on the seed (not evidence about the noise)")
+    if argmax and distinct > 1:  # drafts drawn per trial: outcomes differ, yet each is the argmax walk
+        fits.append("greedy decoding at T > 0: every run emitted the argmax of each row it reached")
     if distinct == 1:
         fits.append(f"a deterministic sampler: all {a.counts.size} runs gave one outcome whatever their seed "
                     f"(greedy at T > 0, or the seed ignored)")

@@ -67,6 +67,7 @@ def conformance(
     finally:
         sampler.close()
     refused = [_set_aside_refusals(r, rec) for r, (_, rec) in zip(results, found)]
+    refused += [(0, 0)] * (len(results) - len(found))  # the noise's own line (no vector; conformance/runner.py)
     status = [_status(r, n, total) for r, (n, total) in zip(results, refused)]
     applicable = [r for r, st in zip(results, status) if st != "n/a"]
     ok = all(r.ok for r in results)

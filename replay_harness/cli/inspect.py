@@ -22,8 +22,12 @@ def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileO
     table shows the first 400 characters of the recording's source (how it was made), saying so when it is
     longer; --json prints it whole.
 
+    Recordings with draft trees (verify_method tree) count acceptance by depth for the tree requests and by
+    position for the chains (replay_harness/cli/inspect_tree.py).
+
     Example: replay inspect fixtures/real-founding --json
     """
+    from replay_harness.cli.inspect_tree import split_acceptance
     from replay_harness.recording.discover import find_recordings
     from replay_harness.recording.store import Recording
     from replay_harness.recording.summary import summarize
@@ -31,7 +35,7 @@ def inspect(paths: RecordingsArg, as_json: JsonOpt = False, json_file: JsonFileO
     check_json_file(json_file, paths)
     found = find_recordings(paths)
     recs = [Recording(p) for p in found]
-    summaries = [(p, summarize(rec)) for p, rec in zip(found, recs)]
+    summaries = [(p, split_acceptance(rec, summarize(rec))) for p, rec in zip(found, recs)]
     for rec in recs:  # not closed cleanly, or a digest that does not match: one warning line each
         warn_recording(rec)
     if as_json or json_file:
@@ -86,14 +90,26 @@ def _print_table(path: str, s: dict) -> None:
         ("top-k / top-p / min-p requests", f"{s['top_k_requests']} / {s['top_p_requests']} / {s['min_p_requests']}"),
         ("steps with draft logits", str(s["steps_with_draft_logits"])),
         ("recorded routes", ", ".join(f"{k}: {v}" for k, v in s["recorded_routes"].items()) or "not recorded"),
-        ("acceptance by position", ", ".join(f"{k}: {v:.2f}" for k, v in s["acceptance_rate_by_position"].items())
-         or ("no drafts" if not any(int(k) > 0 for k in s["drafts_per_request"]) else "not recorded")),
+        ("acceptance by position", _acceptance(s)),
         ("mean accepted drafts", "-" if s["mean_accepted_drafts"] is None else f"{s['mean_accepted_drafts']:.2f}"),
         ("bytes on disk", f"{s['bytes_on_disk']:,}"),
     ]
+    if "acceptance_rate_by_depth" in s:
+        rows.insert(-2, ("tree acceptance by depth", ", ".join(
+            f"{k}: {v:.2f}" for k, v in s["acceptance_rate_by_depth"].items()) or "not recorded"))
     for k, v in rows:
         table.add_row(k, v)
     out.print(table)
+
+
+def _acceptance(s: dict) -> str:
+    """The chains' acceptance by position, or why there is none (trees are counted by depth, their own row)."""
+    text = ", ".join(f"{k}: {v:.2f}" for k, v in s["acceptance_rate_by_position"].items())
+    if text:
+        return text
+    if "acceptance_rate_by_depth" in s:
+        return "no chain drafts (tree requests: by depth)"
+    return "no drafts" if not any(int(k) > 0 for k in s["drafts_per_request"]) else "not recorded"
 
 
 def _clip(text: str, limit: int) -> str:

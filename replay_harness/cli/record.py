@@ -182,8 +182,9 @@ def record(
         "logprobs_mode, logit_bias, allowed_token_ids, bad_words, json_schema, regex), cycled over the requests; "
         "a key replaces the command line's value for that request (null: off)."),
     verify_method: Optional[List[str]] = typer.Option(
-        None, "--verify-method", metavar="standard|block|fly", help="How each request's drafts are verified: "
-        "standard (token-wise), block (block verification) or fly (FLy, lossy); cycled over the requests as "
+        None, "--verify-method", metavar="standard|block|fly|tree", help="How each request's drafts are verified: "
+        "standard (token-wise), block (block verification), fly (FLy, lossy) or tree (a draft tree of --tree-width "
+        "branches over K nodes; needs --drafter early-exit or draft-model); cycled over the requests as "
         "--temperature's values. Record with --impl reference (the kernels verify the standard way only)."),
     fly_window: Optional[List[str]] = typer.Option(
         None, "--fly-window", metavar="W", help="FLy's window, in [1, K-1] (default min(6, K-1)); cycled."),
@@ -192,6 +193,9 @@ def record(
     fly_entropy_top_k: Optional[List[str]] = typer.Option(
         None, "--fly-entropy-top-k", metavar="K", help="The top probabilities FLy's entropy sums, >= 1 (default 3); "
         "cycled."),
+    tree_width: Optional[List[str]] = typer.Option(
+        None, "--tree-width", metavar="W", help="A tree request's branches: the drafter's W likeliest tokens at the "
+        "root, the K nodes dealt over them as argmax chains (>= 1, default 2); cycled."),
     draft_sampling: Optional[str] = typer.Option(
         None, "--draft-sampling", metavar="greedy|probabilistic", help="How the model drafters draw, for the run: "
         "greedy (the argmax, no draft logits recorded) or probabilistic (the RNG contract's drafter, draft logits "
@@ -261,7 +265,7 @@ def record_options(params: dict) -> "RecordOptions":  # noqa: F821 (imported laz
         impl_timeout=p["impl_timeout"], out_path=p["out_path"], overwrite=p["overwrite"], model=p["model"],
         dtype=p["dtype"], stop_at_eos=p["stop_at_eos"], kv_cache=p["kv_cache"], pipeline=pipeline,
         methods=MethodText(**{name: list(p[name] or []) for name in (
-            "verify_method", "fly_window", "fly_entropy_threshold", "fly_entropy_top_k")},
+            "verify_method", "fly_window", "fly_entropy_threshold", "fly_entropy_top_k", "tree_width")},
             draft_sampling=p["draft_sampling"], rng_contract=p["rng_contract"]),
         inputs=[p["prompts_file"]] if p["prompts_file"] else [])
 

@@ -174,6 +174,8 @@ def _print_summary(impl: str, against: str, paths: List[str], results: list, cod
         total.kept_sets_compared += c.kept_sets_compared
         total.logprobs_not_compared += c.logprobs_not_compared
         total.output_divergences += c.output_divergences
+        total.argmax_draws, total.argmax_hits = total.argmax_draws + c.argmax_draws, total.argmax_hits + c.argmax_hits
+        total.argmax_log_p += c.argmax_log_p  # every T > 0 draw the argmax (compare/argmax_evidence.py)
     line = f"{_VERDICT[code]}: {impl} against {against} on {device}: {total.summary(routes_only)}"
     if code == EXIT_INCONCLUSIVE:
         import shlex
@@ -184,6 +186,7 @@ def _print_summary(impl: str, against: str, paths: List[str], results: list, cod
                   f"--impl {shlex.quote(odd)}{args}`")
         line += (f"; no pass: run {verify} to test them statistically" + (
             f", or report routes from {impl} (no route, -1, checks nothing)" if routes_only else
+            "" if total.argmax_draws and total.argmax_hits == total.argmax_draws else
             ", or pass --routes-only to accept routes, refusals and greedy tokens alone"))
     out.print(line, soft_wrap=True)
 

@@ -65,7 +65,8 @@ def verify(
     (binomial), twin runs and same-row reruns at other positions for independent noise (binomial:
     "noise does not depend on position"), greedy requests for the exact argmax walk. Exit 0 when every test passes, 1 when
     a test fails (position and statistic named) or requests were refused (not verifiable), 2 on bad
-    input, 3 when the impl cannot run here, 4 when nothing could be tested.
+    input, 3 when the impl cannot run here, 4 when nothing could be tested or a mechanism the recording
+    exercises (temperature, position-keyed noise, top-k, top-p, min-p, acceptance, residual) had no power.
 
     Example: replay verify fixtures/real-founding --impl greedy-only
     """
@@ -129,8 +130,10 @@ def verify(
     if report.inconclusive:  # nothing could have failed in a bug's direction: no pass (docs/VERIFY.md)
         code = EXIT_INCONCLUSIVE
     if as_json or json_file:
+        from replay_harness.checks.methods_verify import lossy_json
+
         doc = {"schema": "replay.verify/1", **report.to_dict(), "device": dev.type, "exit_code": code, "ok": code == EXIT_OK,
-               "recordings": [{"path": label, "synthetic": syn, "steps": chosen}
+               "lossy": lossy_json(report), "recordings": [{"path": label, "synthetic": syn, "steps": chosen}
                               for label, syn, _, chosen in sources]}
         print_json(doc, default=float, json_file=json_file, stdout=as_json)
     if not as_json:
@@ -222,11 +225,20 @@ def _print(report, sources, code: int, device: str) -> None:
     if report.powerless:
         out.print(f"  {len(report.powerless)} test(s) passed without power (no outcome could fall below the threshold "
                   "in a bug's direction: not counted as passes)")
-    verdict = {EXIT_OK: "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[code]
+    from replay_harness.checks.power import describe, gaps_text
+
+    for line in describe(report.coverage):  # per recording: the mechanisms that could have failed, and not
+        out.print(line, soft_wrap=True)
+    from replay_harness.checks.methods_verify import lossy_lines
+
+    lossy = lossy_lines(report)  # a lossy method (FLy): its divergence, never a silent pass (docs/VERIFY.md)
+    for line in lossy:
+        out.print(line, soft_wrap=True)
+    verdict = {EXIT_OK: "LOSSY" if lossy else "PASS", EXIT_MISMATCH: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[code]
     summary = f"{m + len(exact)} tests, {len(failed)} failed, {len(report.refused)} refused"
     if code == EXIT_INCONCLUSIVE:
-        need = report.trials_needed()
-        summary += (": nothing here could have failed" + (
+        need, gaps = report.trials_needed(), report.uncovered
+        summary += ((f": {gaps_text(gaps)}" if gaps and report.powered else ": nothing here could have failed") + (
             f"; raise --trials to {need}" if need else
             "; more trials cannot help (every request greedy, not testable or certain): verify other steps or "
             "recordings with temperature > 0 requests"))

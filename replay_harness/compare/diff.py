@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
+from replay_harness.compare import argmax_evidence
 from replay_harness.compare.attribution import MAX_ATTRIBUTED, attribute_outputs, attribute_tokens
 from replay_harness.compare.logprobs import KINDS, OutputCounts, OutputDivergence, compare_outputs
 from replay_harness.oracle.near_tie import is_near_tie
@@ -68,6 +69,13 @@ class Comparison:
     output_divergences: list[OutputDivergence] = field(default_factory=list)  # logprob / top-n / rank / kept-set
     attributed: int = 0               # requests whose token divergence went through the ablations (MAX_ATTRIBUTED)
     attributed_outputs: int = 0       # requests whose logprob / kept-set difference did (MAX_ATTRIBUTED)
+    # tokens not compared (RNG contracts differ): the last token of each T > 0 request-step, drawn at random by a
+    # correct sampler; how many were the argmax of their processed row, and the log of the probability that a
+    # correct sampler draws the argmax at every one of those (argmax_evidence.py)
+    argmax_draws: int = 0
+    argmax_hits: int = 0
+    argmax_log_p: float = 0.0
+    argmax_steps: list[tuple[int, int, str]] = field(default_factory=list)  # (step, request_id, route) of hits
 
     @property
     def real_divergences(self) -> list[Divergence]:
@@ -87,11 +95,18 @@ class Comparison:
         return dict(sorted(Counter(v.kind for v in items).items()))
 
     @property
+    def argmax_contradiction(self) -> bool:
+        """Every drawn T > 0 token not compared was the argmax, where a correct sampler does that with
+        probability below ARGMAX_P (argmax_evidence.py): greedy decoding under the routes it reported."""
+        return argmax_evidence.contradicts(self)
+
+    @property
     def ok(self) -> bool:
-        """Nothing wrong was seen (divergences, violations, refusals). Not a pass by itself: see
-        :meth:`verdict` (a run that could not compare a stochastic token is inconclusive)."""
+        """Nothing wrong was seen (divergences, violations, refusals, argmax tokens under stochastic routes).
+        Not a pass by itself: see :meth:`verdict` (a run that could not compare a stochastic token is
+        inconclusive)."""
         return not (self.real_divergences or self.violations or self.against_violations or self.refused
-                    or self.output_divergences)
+                    or self.output_divergences or self.argmax_contradiction)
 
     @property
     def inconclusive(self) -> bool:
@@ -100,10 +115,13 @@ class Comparison:
 
     def verdict(self, routes_only: bool = False) -> str:
         """"fail" (something wrong), "inconclusive" (ok, but ``tokens_not_compared`` > 0 and the user did not
-        ask for routes only) or "pass" (exit codes 1, 4, 0; docs/VERIFY.md, "Verdicts")."""
+        ask for routes only, or every drawn token was the argmax: argmax_evidence.suspect) or "pass" (exit codes
+        1, 4, 0; docs/VERIFY.md, "Verdicts")."""
         if not self.ok:
             return "fail"
         unchecked = self.skipped_unrouted if routes_only else self.tokens_not_compared
+        if routes_only and argmax_evidence.suspect(self):  # every drawn token the argmax: routes are not enough
+            return "inconclusive"
         return "inconclusive" if unchecked else "pass"
 
     def summary(self, routes_only: bool = False) -> str:
@@ -120,6 +138,12 @@ class Comparison:
                      f"compared, {differ} difference(s)")
         if self.logprobs_not_compared:
             text += f"; {self.logprobs_not_compared} logprob slot(s) not compared (a side returned none)"
+        if self.argmax_contradiction:
+            text += "; " + argmax_evidence.describe(self)
+        elif argmax_evidence.suspect(self):
+            text += (f"; all {self.argmax_draws} random draws at temperature > 0 were the argmax (probability "
+                     f"{argmax_evidence.probability(self):.2g} for a correct sampler): too few to call it greedy "
+                     f"decoding, too many for --routes-only to pass")
         return text
 
     def merge(self, later: "Comparison") -> "Comparison":
@@ -128,6 +152,7 @@ class Comparison:
         for f in fields(self):
             value = getattr(later, f.name)
             setattr(self, f.name, getattr(self, f.name) + value)
+        argmax_evidence.refresh(self, Violation)
         return self
 
     def to_dict(self) -> dict:
@@ -152,6 +177,9 @@ class Comparison:
             "logprobs_not_compared": self.logprobs_not_compared,
             "output_differences": self.outputs_by_kind(),
             "output_difference_slots": [asdict(d) for d in self.output_divergences[:20]],
+            "argmax_draws": self.argmax_draws, "argmax_hits": self.argmax_hits,
+            "argmax_probability": argmax_evidence.probability(self),
+            "argmax_contradiction": self.argmax_contradiction,
         }
 
 
@@ -174,6 +202,7 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
     ta = torch.nn.functional.pad(a.tokens.long(), (0, width - a.tokens.shape[1]), value=-1)
     tb = torch.nn.functional.pad(b.tokens.long(), (0, width - b.tokens.shape[1]), value=-1)
     counted = OutputCounts()
+    processed = None  # the step's rows after sampling params, computed when a T > 0 token is not compared
     for r in range(step.num_requests):
         rid = int(step.request_ids[r])
         ca, cb = int(a.counts[r]), int(b.counts[r])
@@ -184,6 +213,9 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
         if routes_a[r] == "refused":
             cmp.refused.append((step_index, rid))
         if not exact_stochastic and float(step.temperature[r]) != 0.0:
+            if ca and routes_a[r] != "refused":
+                processed = processed if processed is not None else argmax_evidence.processed_rows(step)
+                argmax_evidence.observe(cmp, step_index, step, r, ta[r, :ca].tolist(), routes_a[r], processed)
             cmp.stochastic_skipped += 1
             cmp.tokens_not_compared += max(ca, cb, 1)
             cmp.skipped_unrouted += routes_a[r] == "unknown"
@@ -211,6 +243,8 @@ def compare_step(cmp: Comparison, step_index: int, step: Step, a: SampleResult, 
                 if found is not None:
                     d.rule, d.rule_side = found.message(rid, step_index), side
                     break
+    if processed is not None:
+        argmax_evidence.refresh(cmp, Violation)
     cmp.logprob_slots_compared += counted.logprob_slots
     cmp.kept_sets_compared += counted.kept_slots
     if counted.logprobs_missing:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from replay_harness.checks.power import failed_mechanism
 from replay_harness.checks.report import VerifyReport, finalize
 from replay_harness.checks.tails import p_text
 from replay_harness.checks.verify import verify_step
@@ -33,10 +34,19 @@ DEFAULT_TRIALS = 200   # runs per request: the twin and position tests get 100 p
 DEFAULT_ALPHA = 1e-3   # family-wise false-alarm rate of one conformance run
 
 
+PAIR_TESTS = ("independence", "position")
+
+
 def check_vectors(impl: Any, vectors: list[tuple[Any, Recording]], device: torch.device, trials: int = DEFAULT_TRIALS,
-                  seed: int = 0, alpha: float = DEFAULT_ALPHA) -> tuple[list[list[str]], VerifyReport]:
+                  seed: int = 0, alpha: float = DEFAULT_ALPHA) -> tuple[list[list[str]], VerifyReport, list[str]]:
     """Check ``impl`` on every vector by route, support and statistics; returns (one list of failure lines
-    per vector, without the rule prefix; the finalized VerifyReport of all of them)."""
+    per vector, without the rule prefix; the finalized VerifyReport of all of them; the noise lines).
+
+    The noise lines ("vector RULE: step S, request R...") are the failed twin and position tests whose evidence
+    fits reused noise (not greedy decoding: checks/power.py ``failed_mechanism``), with the distribution failures
+    of the requests that failed them that point at nothing more specific (an argmax every time stays with the
+    rule, as do acceptance failures): they come from the noise, whatever the vector's rule, so one
+    noise bug is not printed as every rule's failure (rules.NOISE_RULE)."""
     report = VerifyReport(impl=impl.name, trials=trials + trials % 2, seed=seed, alpha=alpha)
     owner: list[int] = []  # vector index of every unit
     for v, (_, rec) in enumerate(vectors):
@@ -48,7 +58,9 @@ def check_vectors(impl: Any, vectors: list[tuple[Any, Recording]], device: torch
             owner.extend([v] * len(units))
     finalize(report)
     lines: list[list[str]] = [[] for _ in vectors]
+    noise: list[str] = []
     for v, u in zip(owner, report.units):
+        noisy = any(c.kind in PAIR_TESTS and failed_mechanism(c) == "position-noise" for c in u.failed)
         where = f"step {u.step}, request {u.request_id}"
         wrong = sorted(set(u.routes) - {u.expected_route, "unknown"})
         if wrong:
@@ -58,5 +70,9 @@ def check_vectors(impl: Any, vectors: list[tuple[Any, Recording]], device: torch
         for c in u.failed:
             at = "" if c.position is None else f", position {c.position}"
             p = "" if c.p_value is None else f" ({p_text(c.p_value)} < {report.threshold:.2g})"
-            lines[v].append(f"{where}{at}: {c.title} failed{p}: {c.message}")
-    return lines, report
+            line = f"{where}{at}: {c.title} failed{p}: {c.message}"
+            if noisy and c.statistical and failed_mechanism(c) in ("position-noise", "distribution"):
+                noise.append(f"vector {vectors[v][0].id}: {line}")
+            else:
+                lines[v].append(line)
+    return lines, report, noise

@@ -112,3 +112,26 @@ RULES = (
                        "is unchanged", "RNG contract `mrv2-fp64`", mrv2_only=True, method=True),
 )
 RULE = {r.id: r for r in RULES}
+
+# The mechanisms (replay_harness/checks/power.py) whose bugs a rule's RNG-independent check must have had the
+# power to catch, where its vector exercises them: an exact check on a greedy row is no power for a rule about
+# stochastic verification. A rule not listed keeps the older criterion (an exact check, or a powered test).
+MECHANISMS_OF = {
+    "greedy-ties": ("greedy",),
+    "temperature": ("temperature",),
+    "min-p": ("min-p",),
+    "top-k-ties": ("top-k",),
+    "top-p-cut": ("top-p",),
+    "filter-order": ("min-p", "top-k", "top-p"),
+    "stochastic-verify": ("temperature", "acceptance", "residual"),
+    "placeholder-drafts": ("greedy", "temperature"),
+    "draft-logits": ("acceptance",),  # the residual: stochastic-verify (no power on this vector at 200 trials)
+    "mixed-routing": ("greedy", "temperature", "acceptance"),
+    "logits-dtypes": ("greedy", "temperature"),
+}
+
+# Not a vector: where `replay conformance` groups the failures of the twin and position tests (and the other
+# statistical failures of the requests that failed them), which come from the noise whatever the vector's rule.
+NOISE_RULE = Rule("position-keyed-noise", "noise is keyed by seed and position: runs with other seeds, batch rows "
+                                          "or positions draw independently", "RNG contract `mrv2`")
+

@@ -23,7 +23,7 @@ import torch
 
 from replay_harness.compare.diff import Comparison
 from replay_harness.compare.runner import contract_for, run_recording
-from replay_harness.conformance.rules import RULE, Rule
+from replay_harness.conformance.rules import MECHANISMS_OF, NOISE_RULE, RULE, Rule
 from replay_harness.errors import UsageError
 from replay_harness.impls.contract import Sampler
 from replay_harness.recording.schema import MANIFEST
@@ -128,12 +128,39 @@ def run_conformance(impl: Sampler, vectors: list[tuple[Rule, Recording]], device
             if not rule.mrv2_only:
                 other.append((len(results) - 1, rule, rec))
     if other:
-        lines, report = independent.check_vectors(
+        lines, report, noise = independent.check_vectors(
             impl, [(rule, rec) for _, rule, rec in other], device, trials or independent.DEFAULT_TRIALS, seed,
             alpha or independent.DEFAULT_ALPHA)
         for (i, rule, rec), found in zip(other, lines):
             results[i].failures = [f"rule {rule.id}: {line}" for line in found]
             checks = [c for u in report.units if u.recording == str(rec.path) for c in u.checks]
             results[i].tests = len(checks)
-            results[i].powered = any(not c.statistical or c.powered is not False for c in checks)
+            results[i].powered = _powered(rule, report.coverage.get(str(rec.path), {}), checks)
+        results.append(_noise_result(report, noise))
     return results
+
+
+def _powered(rule: Rule, coverage: dict, checks: list) -> bool:
+    """Whether a vector's RNG-independent check could have caught a bug of its rule: every mechanism of the rule
+    (rules.MECHANISMS_OF) that the vector exercises covered, at least one exercised; a rule not listed: an exact
+    check ran, or a statistical test with power."""
+    wanted = MECHANISMS_OF.get(rule.id)
+    if wanted is None:
+        return any(not c.statistical or c.powered is not False for c in checks)
+    relevant = [m for m in wanted if m in coverage]
+    return bool(relevant) and all(coverage[m]["covered"] for m in relevant)
+
+
+def _noise_result(report, noise: list[str]) -> VectorResult:
+    """The noise's own line (rules.NOISE_RULE): the grouped twin / position failures, or whether any vector that
+    exercises position-keyed noise had the power to see it reused."""
+    from replay_harness.conformance.independent import PAIR_TESTS
+
+    exercised = [rec["position-noise"] for rec in report.coverage.values() if "position-noise" in rec]
+    result = VectorResult(NOISE_RULE, Path("(every vector)"), Comparison(),
+                          [f"rule {NOISE_RULE.id}: {line}" for line in noise], "rng-independent")
+    result.tests = sum(c.kind in PAIR_TESTS for c in report.checks)
+    result.powered = any(v["covered"] for v in exercised)
+    if not exercised and not noise:
+        result.mode = "not applicable"  # no stochastic request in the chosen vectors: nothing about the noise
+    return result

@@ -1,4 +1,5 @@
-"""``greedy-only`` (the founding engine bug) and ``guarded`` (its small honest fix).
+"""``greedy-only`` (the founding engine bug) and ``guarded`` (its small honest fix); two held-out verification-method
+bugs, ``tokenwise-block`` and ``shared-draft-noise`` (docs/VERIFY.md, "Verification methods: lossless or lossy").
 
 greedy-only: every request that carries drafts is verified greedily, whatever its
 temperature: the argmax walk over raw logits, bonus = argmax of the bonus row. A
@@ -14,6 +15,10 @@ readable torch oracle (the runner gives it CPU tensors, ``cpu_only``); ``prepare
 Triton kernels on a copy of the step whose drafted requests have temperature 0, so every drafted
 request takes the kernels' greedy-verify branch and plain requests are sampled as recorded.
 ``replay bench`` times that path.
+
+tokenwise-block: block verification implemented token-wise (vllm-project/vllm-ascend#7807). shared-draft-noise: a
+verifier that draws with the drafter's noise key on probabilistic-draft requests (local-inference-lab/vllm#205).
+Both are the reference otherwise; they are not in the registry (``module:Class``).
 """
 from __future__ import annotations
 
@@ -121,3 +126,61 @@ class GuardedSampler(Sampler):
             result.notes.append("refused requests " + ", ".join(map(str, refused)) +
                                 ": temperature > 0 under speculative decoding needs a stochastic verifier")
         return result
+
+
+# --------------------------------------------------------------------------- held-out method bugs (issue 65)
+# Not in the registry: tests and docs/VERIFY.md ("Verification methods: lossless or lossy") load them by
+# ``module:Class`` (register(), or exec: through replay_harness.impls.external_adapter).
+def tokenwise_block(logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float, seed: int,
+                    draft_logits: torch.Tensor | None) -> list[int]:
+    """"Block" verification implemented token-wise (vllm-project/vllm-ascend#7807): the block walk (the accepted
+    length is the largest i + 1 whose test passes, block's uniforms) but every draft tested alone against
+    min(1, p/q), and the token-wise residual max(p - q, 0) at the stop. Not lossless. logits [k+1, V] processed."""
+    from replay_harness.oracle.methods import step_seed
+    from replay_harness.oracle.rng import accept_uniform
+    from replay_harness.oracle.walk import accept_test, gumbel_draw, residual_logits
+
+    k = len(drafts)
+    q = None if draft_logits is None else draft_logits.float() / temperature
+    end = next((i for i, d in enumerate(drafts) if d < 0), k)
+    accepted = 0
+    for i in range(end):
+        u = accept_uniform(torch.tensor(step_seed(seed, i)), torch.tensor(positions[i]))
+        log_p, threshold = accept_test(logits[i], drafts[i], None if q is None else q[i], seed, positions[i], u)
+        if bool(log_p > threshold):
+            accepted = i + 1
+    tau = accepted
+    if tau == k or drafts[tau] < 0:
+        return drafts[:tau] + [gumbel_draw(logits[tau], seed, positions[tau])]
+    scores = residual_logits(logits[tau], drafts[tau], None if q is None else q[tau])
+    return drafts[:tau] + [gumbel_draw(scores, seed, positions[tau])]
+
+
+class TokenwiseBlockSampler(ReferenceSampler):
+    name = "tokenwise-block"
+    description = "reproduces vllm-ascend#7807: block verification with each draft tested token-wise (not lossless)"
+
+    def verify(self, logits, drafts, positions, temperature, seed, draft_logits, method=None):
+        if method is not None and method.name == "block" and temperature != 0.0 and drafts:
+            return tokenwise_block(logits, drafts, positions, temperature, seed, draft_logits)
+        return super().verify(logits, drafts, positions, temperature, seed, draft_logits, method)
+
+
+class SharedDraftNoiseSampler(ReferenceSampler):
+    """The reference whose verifier, on probabilistic-draft requests, draws with the drafter's noise key
+    (position + 2**30): a rejected draft's recovered token reuses that draft's Gumbel noise vector, as when a
+    drafter leaves out the salt and draws with the verifier's key (local-inference-lab/vllm#205)."""
+
+    name = "shared-draft-noise"
+    description = "reproduces local-inference-lab/vllm#205: the drafter's and the verifier's noise overlap"
+
+    def sample(self, step: Step) -> SampleResult:
+        from replay_harness.oracle.drafts import probabilistic
+        from replay_harness.oracle.rng import DRAFT_NOISE_SALT
+
+        positions = step.positions.clone()
+        cu = step.cu_num_logits.tolist()
+        for r in range(step.num_requests):
+            if probabilistic(step, r):
+                positions[cu[r]:cu[r + 1]] += DRAFT_NOISE_SALT
+        return super().sample(dataclasses.replace(step, positions=positions))

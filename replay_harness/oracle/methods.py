@@ -26,19 +26,22 @@ from dataclasses import dataclass
 import torch
 
 from replay_harness.oracle.rng import accept_uniform
+from replay_harness.oracle.tree import verify_tree
 from replay_harness.oracle.walk import argmax_first, gumbel_draw, residual_logits, verify_request
 from replay_harness.recording.schema import VERIFY_METHODS
 
 @dataclass(frozen=True)
 class Method:
     """How one request's drafts are verified: ``name`` one of schema.VERIFY_METHODS; FLy's window, entropy
-    threshold and top-k; ``fp64``: the draws' noise width (the recording's contract is ``mrv2-fp64``)."""
+    threshold and top-k; ``fp64``: the draws' noise width (the recording's contract is ``mrv2-fp64``); ``parents``:
+    a tree's parent of each node (oracle/tree.py)."""
 
     name: str = "standard"
     window: int = 0
     threshold: float = 0.0
     top_k: int = 0
     fp64: bool = False
+    parents: tuple[int, ...] = ()
 
 
 STANDARD = Method()
@@ -48,9 +51,12 @@ def method_of(step, r: int) -> Method:
     """Request r's :class:`Method` from the step's fields (absent: standard) and its contract."""
     code = 0 if step.verify_method is None else int(step.verify_method[r])
     fly = VERIFY_METHODS[code] == "fly"
+    parents = ()
+    if VERIFY_METHODS[code] == "tree":
+        parents = tuple(step.tree_parent[int(step.cu_num_logits[r]):int(step.cu_num_logits[r + 1]) - 1].tolist())
     return Method(VERIFY_METHODS[code], int(step.fly_window[r]) if fly else 0,
                   float(step.fly_entropy_threshold[r]) if fly else 0.0, int(step.fly_entropy_top_k[r]) if fly else 0,
-                  step.rng_contract == "mrv2-fp64")
+                  step.rng_contract == "mrv2-fp64", parents)
 
 
 def verify_with(method: Method, logits: torch.Tensor, drafts: list[int], positions: list[int], temperature: float,
@@ -58,6 +64,9 @@ def verify_with(method: Method, logits: torch.Tensor, drafts: list[int], positio
     """One request's tokens under ``method`` (greedy requests verify token-wise under block, as MRV2's)."""
     if method.name == "block" and temperature != 0.0 and drafts:
         return verify_block(logits, drafts, positions, temperature, seed, draft_logits, method.fp64)
+    if method.name == "tree":
+        return verify_tree(logits, drafts, list(method.parents), positions, temperature, seed, draft_logits,
+                           method.fp64)
     if method.name == "fly" and drafts:
         return verify_fly(logits, drafts, positions, temperature, seed, draft_logits, method.window,
                           method.threshold, method.top_k, method.fp64)

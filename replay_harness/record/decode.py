@@ -6,7 +6,9 @@ registry impl and recorded with what it emitted and the routes taken. Requests w
 (:mod:`replay_harness.record.sampling_options`) add the step's histories, lists and per-request values, and
 grammar requests their rows of the grammar bitmask (:mod:`replay_harness.record.grammar`), advanced by what the
 sampler emitted. Requests with a verification method (:mod:`replay_harness.record.method_options`) add the step's
-verify_method, fly_* and draft_sampling fields; the step carries the run's RNG contract.
+verify_method, fly_* and draft_sampling fields; the step carries the run's RNG contract. A request of
+``verify_method`` tree drafts a tree (:mod:`replay_harness.record.tree`): its rows are the root's and each node's,
+the step carries ``tree_parent`` (chains: i - 1), and what the sampler emitted follows the accepted path.
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from typing import Any, Callable
 
 import torch
 
+from replay_harness.oracle.tree import depths
 from replay_harness.record.grammar import RequestGrammar
 from replay_harness.record.kv_cache import RequestCaches
-from replay_harness.record.method_options import RequestMethod, method_fields
+from replay_harness.record.method_options import TREE, RequestMethod, method_fields
 from replay_harness.record.model import CausalLM
 from replay_harness.record.sampling_options import PipelineParams, fields_on, step_inputs
+from replay_harness.record.tree import check_tree_pipeline, propose_tree, tree_rows
 from replay_harness.recording.step import Step
 
 
@@ -61,28 +65,38 @@ class DecodeStats:
     grammar_refused: list[int] = field(default_factory=list)  # request ids whose emitted token the grammar refused
 
 
-def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor | None]],
-               on: set[str] = frozenset(), stop_ids: list[int] = (), draft_sampling: int | None = None,
-               rng_contract: str = "mrv2") -> Step:
-    """Lay out one step (MRV2 expanded layout) from per-request (request, drafts, target rows, draft logits).
+def build_step(rows: list[tuple], on: set[str] = frozenset(), stop_ids: list[int] = (),
+               draft_sampling: int | None = None, rng_contract: str = "mrv2") -> Step:
+    """Lay out one step (MRV2 expanded layout) from per-request (request, drafts, target rows, draft logits) or
+    (request, drafts, target rows, draft logits, parents).
 
-    target rows: [k+1, V], row i predicts position len(tokens)+i; draft logits: [k, V] or None. ``on``: the
+    target rows: [k+1, V], row i predicts position len(tokens)+i; draft logits: [k, V] or None; parents: a tree
+    request's k node parents (-1 the root; rows and positions as docs/FIXTURES.md "Draft trees" lays them out), or
+    None for a chain; once a request has parents the step carries ``tree_parent`` (chains: i - 1). ``on``: the
     groups of pipeline fields the step carries (:func:`~replay_harness.record.sampling_options.fields_on`);
     ``stop_ids``: the min-tokens stop ids; ``draft_sampling``: the run's (None: no field); ``rng_contract``: the
     recording's, which fixes the noise width of the impl's draws.
     """
-    cu, drafts, positions, logits, dl = [0], [], [], [], []
-    has_dl = any(d is not None for _, ds, _, d in rows if ds)
-    if has_dl and any(d is None for _, ds, _, d in rows if ds):
+    rows = [(*row, None) if len(row) == 4 else tuple(row) for row in rows]
+    cu, drafts, positions, logits, dl, parents = [0], [], [], [], [], []
+    has_dl = any(d is not None for _, ds, _, d, _ in rows if ds)
+    if has_dl and any(d is None for _, ds, _, d, _ in rows if ds):
         raise ValueError("draft logits for some requests but not all: a step carries them for every verify row")
-    for req, ds, lg, d in rows:
-        k = len(ds)
+    for req, ds, lg, d, tree in rows:
+        k, p0 = len(ds), len(req.tokens)
         cu.append(cu[-1] + k + 1)
         drafts.extend(ds + [-1])
-        positions.extend(range(len(req.tokens), len(req.tokens) + k + 1))
+        if tree is None:
+            parents.extend(list(range(-1, k - 1)) + [-1])
+            positions.extend(range(p0, p0 + k + 1))
+        else:
+            depth = depths(tree)
+            parents.extend(list(tree) + [-1])
+            positions.extend([p0 + x - 1 for x in depth] + [p0 + max(depth, default=0)])
         logits.append(lg)
         if has_dl and k:
             dl.append(d)
+    has_tree = any(tree is not None for *_, tree in rows)
     p = [req.params for req, *_ in rows]
     pipeline = step_inputs(on, [req.pipeline for req, *_ in rows], [req.prompt_ids for req, *_ in rows],
                            [req.generated for req, *_ in rows], list(stop_ids)) if on else {}
@@ -103,6 +117,7 @@ def build_step(rows: list[tuple[Request, list[int], torch.Tensor, torch.Tensor |
         seed=torch.tensor([x.seed for x in p], dtype=torch.int64),
         request_ids=torch.tensor([req.request_id for req, *_ in rows], dtype=torch.int64),
         draft_logits=torch.cat(dl, 0) if has_dl else None,
+        tree_parent=torch.tensor(parents, dtype=torch.int32) if has_tree else None,
         rng_contract=rng_contract,
         **pipeline, **method_fields([req.method for req, *_ in rows], draft_sampling),
     )
@@ -127,8 +142,12 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
     Requests with pipeline options: each step carries the groups of fields some request uses, the min-tokens
     stop ids being the model's EOS ids; a grammar request whose emitted token its grammar refuses (a sampler
     that broke the mask) leaves the batch and is listed in ``grammar_refused``. ``draft_sampling`` and
-    ``rng_contract``: the run's (:func:`build_step`).
+    ``rng_contract``: the run's (:func:`build_step`). A tree request (``method.verify_method`` tree) drafts the
+    tree of :func:`~replay_harness.record.tree.propose_tree` with its ``tree_width`` over ``num_drafts`` nodes and
+    gets the target's row for every node (:func:`~replay_harness.record.tree.tree_rows`); UsageError before the
+    first step when a tree request has a pipeline rule a tree cannot take.
     """
+    check_tree_pipeline([r.method for r in requests], [r.pipeline for r in requests])
     stats = DecodeStats()
     on = fields_on([r.pipeline for r in requests])
     stop_ids = sorted(lm.eos_token_ids) if "min_tokens" in on else []
@@ -145,6 +164,11 @@ def decode(lm: CausalLM, drafter, requests: list[Request], *, steps: int, num_dr
         rows = []
         for req in active:
             caches = req.caches or RequestCaches()
+            if req.method is not None and req.method.verify_method == TREE:
+                tree = propose_tree(drafter, req.tokens, req.method.tree_width, num_drafts, caches.draft)
+                rows.append((req, tree.tokens, tree_rows(lm, req.tokens, tree, caches.target), None, tree.parents))
+                stats.drafted += len(tree.tokens)
+                continue
             proposal = drafter.propose(req.tokens, num_drafts, req.params, caches.draft) if num_drafts > 0 else None
             ds = list(proposal.tokens) if proposal else []
             cached = {} if caches.target is None else {"cache": caches.target}  # stand-in LMs take no cache

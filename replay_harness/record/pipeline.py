@@ -27,6 +27,7 @@ from replay_harness.record.decode import Request, SamplingParams, decode
 from replay_harness.record.method_options import MethodText, Methods, probe_step, read_methods
 from replay_harness.record.model import load_model
 from replay_harness.record.sampling_options import PipelineParams, PipelineText, read_pipeline, resolve
+from replay_harness.record.tree import check_tree_pipeline
 from replay_harness.record.weights import HUB_REPO_ID, PACKAGED, hub_file, versions
 from replay_harness.recording.recorder import Recorder
 from replay_harness.recording.schema import DRAFT_SAMPLING, ROUTE_CODE
@@ -146,8 +147,9 @@ def _out_folder(opts: RecordOptions) -> Path:
 
 def _check_methods(methods: Methods, sampler, impl: str) -> str | None:
     """The contract the steps carry (None: the impl's, as before); UsageError, before the model loads, when the
-    loop's impl does not implement the contract asked for or refuses the methods asked for (the kernels verify the
-    standard way under mrv2 only: record these with --impl reference)."""
+    loop's impl does not implement the contract asked for or refuses the methods asked for (``stochastic`` verifies
+    standard, block and FLy under mrv2 and mrv2-fp64; ``gumbel-max`` takes plain samples under mrv2; trees: record
+    them with --impl reference)."""
     if methods.rng_contract is not None and methods.rng_contract not in getattr(
             sampler, "rng_contracts", (getattr(sampler, "rng_contract", "unknown"),)):
         raise UsageError(f"--rng-contract {methods.rng_contract}: --impl {impl} implements "
@@ -189,6 +191,7 @@ def run_record(opts: RecordOptions, *, loading: Callable[[str], ContextManager[A
     if opts.drafter not in DRAFTERS:
         raise UsageError(f"unknown --drafter '{opts.drafter}' ({', '.join(DRAFTERS)})")
     methods = read_methods(opts.methods, len(texts), opts.num_drafts, opts.drafter)
+    check_tree_pipeline(methods.requests or [], pipeline)  # a tree request's pipeline rules are off
     t0 = time.time()
     if opts.impl_timeout is not None and not opts.impl.startswith("exec:"):
         raise UsageError("--impl-timeout is only for external impls (--impl exec:PROGRAM)")

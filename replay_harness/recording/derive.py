@@ -16,7 +16,12 @@ from the recording's own logits rows, so the values keep the shape of real model
   the lowest-id bulk tokens are kept (ids renumbered in order) and the bulk shifted the same way
   (the shift is capped so no bulk value rises above the head).
 * **drafts**: a verify row takes the draft the engine recorded at that pool row when there was one
-  (and it maps into the new vocabulary), else the row's argmax (marked in the manifest).
+  (and it maps into the new vocabulary), else the row's argmax (marked in the manifest). A pool row's draft and
+  position are those the row scored: in a draft tree (``verify_method`` tree, docs/FIXTURES.md "Draft trees") row
+  ``cu[r] + 1 + m`` is node m's and scores m's children, so it takes the token of m's first child (-1 for a leaf:
+  its argmax) and the position ``P0 + depth(m)`` (the root's row: node 0's token, P0), not the token and position
+  that the tree layout keeps on that row (node m + 1's). Derived steps are chains (standard verification, no
+  ``tree_parent``), as from every source.
 * per-request sampling parameters come from the source request that owned the request's first
   pool row; seeds are fresh (seeded), request ids are ``1000 * (step + 1) + r``.
 
@@ -38,6 +43,7 @@ import torch
 
 from replay_harness.errors import UsageError
 from replay_harness.limits import MAX_STEP_BYTES, check_output, enforce
+from replay_harness.recording.schema import VERIFY_METHODS
 from replay_harness.recording.store import Emitted, Recording, RecordingWriter
 from replay_harness.recording.step import Step
 
@@ -52,8 +58,8 @@ METHOD = ("tile real rows; keep the top-64 logits of each row; extend/trim the r
 def _pool(source: Recording, need: int) -> dict[str, torch.Tensor]:
     """Up to ``need`` rows of the source in recorded order (cycled later), with per-row owner parameters.
 
-    Returns logits [P, V_src] (source dtype), draft [P] int64 (-1 = none), positions [P] int64, and the
-    owner's temperature/top_k/top_p/min_p [P].
+    Returns logits [P, V_src] (source dtype), draft [P] int64 (-1 = none) and positions [P] int64 as each row scored
+    them (:func:`scored_by_row`), and the owner's temperature/top_k/top_p/min_p [P].
     """
     parts: dict[str, list[torch.Tensor]] = {n: [] for n in ("logits", "draft", "positions", "temperature",
                                                              "top_k", "top_p", "min_p")}
@@ -61,9 +67,10 @@ def _pool(source: Recording, need: int) -> dict[str, torch.Tensor]:
     for record in source:
         s = record.step
         owner = s.row_to_request()
+        draft, positions = scored_by_row(s)
         parts["logits"].append(s.logits)
-        parts["draft"].append(s.draft_token_ids.long())
-        parts["positions"].append(s.positions.long())
+        parts["draft"].append(draft)
+        parts["positions"].append(positions)
         for n in ("temperature", "top_k", "top_p", "min_p"):
             parts[n].append(getattr(s, n)[owner])
         have += s.logits.shape[0]
@@ -72,6 +79,32 @@ def _pool(source: Recording, need: int) -> dict[str, torch.Tensor]:
     if not have:
         raise UsageError(f"{source.path}: the source recording has no steps to derive from")
     return {n: torch.cat(v) for n, v in parts.items()}
+
+
+def scored_by_row(step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+    """(draft [N] int64, positions [N] int64): per row, the draft it verified first (-1: none) and the position of
+    the token drawn from it. A chain's rows hold them already; a tree request's rows are re-read (module docstring)."""
+    draft, positions = step.draft_token_ids.long().clone(), step.positions.long().clone()
+    if step.verify_method is None or step.tree_parent is None:
+        return draft, positions
+    tree = VERIFY_METHODS.index("tree")
+    cu = step.cu_num_logits.long().tolist()
+    for r in torch.nonzero(step.verify_method.long() == tree).flatten().tolist():
+        a, b = cu[r], cu[r + 1]
+        parents = step.tree_parent[a:b - 1].long().tolist()
+        tokens = step.draft_token_ids[a:b - 1].long().tolist()
+        p0 = int(step.positions[a])
+        depth: list[int] = []
+        first_child = [-1] * (len(parents) + 1)  # index m + 1: node m's first child (index 0: the root's)
+        for i, parent in enumerate(parents):
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+            if first_child[parent + 1] < 0:
+                first_child[parent + 1] = i
+        for m in range(-1, len(parents)):
+            child = first_child[m + 1]
+            draft[a + 1 + m] = tokens[child] if child >= 0 else -1
+            positions[a + 1 + m] = p0 + (depth[m] if m >= 0 else 0)
+    return draft, positions
 
 
 def _row_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -7,8 +7,8 @@ tokens agree but the recorded routes differ: the same tokens by another path). T
 request in the two steps is compared, to say which one differs, by rule:
 
 * ``sampling-params``: temperature, top_k, top_p, min_p, seed (exactly);
-* ``drafts``: the draft tokens (and so their number) and how they were verified and drawn (verify_method,
-  fly_*, draft_sampling), exactly;
+* ``drafts``: the draft tokens (and so their number), how they were verified and drawn (verify_method,
+  fly_*, draft_sampling) and a draft tree's shape (tree_parent), exactly;
 * ``pipeline``: the sampling pipeline's inputs of schema minor 2 (histories, penalties, logit bias, allowed /
   stop / bad-word lists, min-tokens, grammar bitmask, logprob requests), exactly; a field one side lacks differs;
 * ``positions``: the rows' positions, exactly;
@@ -33,7 +33,7 @@ DEFAULT_ATOL = 1e-3  # logits: |a - b| <= atol + rtol * |b| is "the same" (bf16 
 DEFAULT_RTOL = 1e-2
 SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")
 DRAFTS = ("draft_token_ids", "verify_method", "fly_window", "fly_entropy_threshold", "fly_entropy_top_k",
-          "draft_sampling")
+          "draft_sampling", "tree_parent")
 FLOAT_RULES = {"logits": "logits", "draft_logits": "draft-logits"}
 RULES = ("sampling-params", "drafts", "pipeline", "positions", "logits", "draft-logits", "sampler")
 # the per-request slices of every input of the table but the keys and prefix sums

@@ -156,6 +156,7 @@ FIELDS = (
     Field("fly_entropy_threshold", _F32, ("R",), INPUT, required=False),
     Field("fly_entropy_top_k", _I32, ("R",), INPUT, required=False),
     Field("draft_sampling", _I8, ("R",), INPUT, required=False),
+    Field("tree_parent", _I32, ("N",), INPUT, required=False),  # draft trees: each node's parent ("Draft trees")
     Field("emitted_tokens", _I32, ("R", "K+1"), EMITTED),
     Field("emitted_counts", _I32, ("R",), EMITTED),
     Field("emitted_routes", _I8, ("R",), EMITTED, required=False),
@@ -187,7 +188,7 @@ PIPELINE_FIELDS = tuple(f.name for f in FIELDS if f.role == INPUT and not f.requ
                         and f.name != "draft_logits")  # schema minor 2's inputs, all optional
 LOGPROB_FIELDS = ("emitted_logprobs", "emitted_logprob_ids", "emitted_logprob_ranks")  # come together
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits")  # logprobs_mode codes
-VERIFY_METHODS = ("standard", "block", "fly")  # verify_method codes
+VERIFY_METHODS = ("standard", "block", "fly", "tree")  # verify_method codes ("tree": docs/FIXTURES.md "Draft trees")
 DRAFT_SAMPLING = ("greedy", "probabilistic")  # draft_sampling codes
 FLY_FIELDS = ("fly_window", "fly_entropy_threshold", "fly_entropy_top_k")
 # RNG contracts replay's oracle implements: `mrv2` (float32 Gumbel noise) and `mrv2-fp64` (vLLM's use_fp64_gumbel:

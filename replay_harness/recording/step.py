@@ -41,14 +41,16 @@ class Step(SamplingBatch):
 
     How drafts were verified and drawn (docs/FIXTURES.md "Verification methods"; None: standard, greedy drafts):
     verify_method [R] int8 (schema.VERIFY_METHODS), fly_window [R] int32, fly_entropy_threshold [R] float32,
-    fly_entropy_top_k [R] int32 (FLy's), draft_sampling [R] int8 (schema.DRAFT_SAMPLING). ``rng_contract``: the
-    recording's contract (manifest), which fixes the noise width of every draw."""
+    fly_entropy_top_k [R] int32 (FLy's), draft_sampling [R] int8 (schema.DRAFT_SAMPLING), tree_parent [N] int32
+    (draft trees: row cu[r] + i holds node i's parent, -1 the root; docs/FIXTURES.md "Draft trees"). ``rng_contract``:
+    the recording's contract (manifest), which fixes the noise width of every draw."""
 
     verify_method: torch.Tensor | None = None
     fly_window: torch.Tensor | None = None
     fly_entropy_threshold: torch.Tensor | None = None
     fly_entropy_top_k: torch.Tensor | None = None
     draft_sampling: torch.Tensor | None = None
+    tree_parent: torch.Tensor | None = None
     rng_contract: str = "mrv2"
 
     def to(self, device: torch.device | str) -> "Step":
@@ -73,8 +75,9 @@ class Step(SamplingBatch):
             if getattr(self, name) is not None:
                 cu_name = FIELD[name].ragged
                 per_req[name], per_req[cu_name] = select_ragged(getattr(self, name), getattr(self, cu_name), requests)
-        if self.grammar_bitmask is not None:
-            per_req["grammar_bitmask"] = self.grammar_bitmask[rows_t.to(self.grammar_bitmask.device)]
+        for name in ("grammar_bitmask", "tree_parent"):  # per row
+            if getattr(self, name) is not None:
+                per_req[name] = getattr(self, name)[rows_t.to(getattr(self, name).device)]
         return Step(logits=self.logits[rows_t], cu_num_logits=new_cu, draft_token_ids=self.draft_token_ids[rows_t],
                     positions=self.positions[rows_t], draft_logits=draft_logits, rng_contract=self.rng_contract,
                     **per_req)

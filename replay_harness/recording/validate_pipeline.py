@@ -8,6 +8,7 @@ import torch
 from replay_harness import limits
 from replay_harness.recording.schema import (DRAFT_SAMPLING, FIELD, FLY_FIELDS, LOGPROB_FIELDS, LOGPROBS_MODES,
                                              RAGGED_FIELDS, VERIFY_METHODS)
+from replay_harness.recording.validate_tree import check_trees
 
 # What a field needs beside it (docs/FIXTURES.md, "Which fields go together").
 NEEDS = {
@@ -138,6 +139,8 @@ def _check_methods(t: dict, k: torch.Tensor, bad) -> None:
         if bool(sampled.any()) and "draft_logits" not in t:
             bad("draft_sampling", f"request {_first(sampled)}: probabilistic drafts need draft_logits (the "
                                   "drafter's logits they were drawn from)")
+    if "verify_method" in t or "tree_parent" in t:
+        check_trees(t, k, bad)  # docs/FIXTURES.md "Draft trees"
 
 
 def _check_per_request(t: dict, vocab_size: int, bad) -> None:

@@ -231,6 +231,54 @@ def replay_check(request, replay_impl):
     return check
 
 
+@pytest.fixture
+def replay_verify(request, replay_impl):
+    """``replay_verify(recording, impl=None, *, trials=400, seed=0, steps=None)``: `replay verify` of ``impl``
+    (default: --replay-impl; a name or an object with ``sample(step)``) on ``recording``, in this process. Fails
+    the test on a FAIL or an INCONCLUSIVE (a mechanism the recording exercises had no power), the message naming
+    the mechanisms (replay_harness/testing/statistical.py); returns the VerifyReport on a PASS."""
+    config = request.config
+
+    def verify(recording, impl=None, *, trials=None, seed=0, steps=None):
+        __tracebackhide__ = True
+        from replay_harness.errors import ReplayError, printable
+        from replay_harness.testing.statistical import DEFAULT_TRIALS, verify_sampler
+
+        name = impl if impl is not None else replay_impl
+        args = config.getoption("--replay-impl-arg") if isinstance(name, str) and name.startswith("exec:") else None
+        try:
+            return verify_sampler(recording, name, trials=trials or DEFAULT_TRIALS, seed=seed, steps=steps,
+                                  device=_setting(config, "replay_device"), impl_args=args)
+        except AssertionError as e:
+            message = printable(e)  # a recording's name or an impl's note: one line, escaped
+        except ReplayError as e:
+            message = printable(e)
+        pytest.fail(message, pytrace=False)
+
+    return verify
+
+
+@pytest.fixture
+def replay_audit():
+    """``replay_audit(recording)``: `replay audit` of an engine's recorded tokens; fails the test on a finding or
+    when nothing could be tested; returns the AuditResult otherwise."""
+
+    def audit(recording):
+        __tracebackhide__ = True
+        from replay_harness.errors import ReplayError, printable
+        from replay_harness.testing.statistical import audit_engine
+
+        try:
+            return audit_engine(recording)
+        except AssertionError as e:
+            message = printable(e)  # a recording's name or an impl's note: one line, escaped
+        except ReplayError as e:
+            message = printable(e)
+        pytest.fail(message, pytrace=False)
+
+    return audit
+
+
 class ReplayRecording(pytest.Item):
     """One recording under a replay_recordings folder, replayed through the configured impl."""
 

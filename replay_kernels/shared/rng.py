@@ -15,6 +15,8 @@ trees (so a GPU compile contracts them into FMAs the same way vLLM's does).
   and ``gumbel_upper_bound(h)`` (a bound on the noise from the hash alone, non-increasing in h).
 * ``noised_score(x, h, valid)``: the Gumbel-max score ``x + noise(h)`` (-inf where not valid or NaN), and
   ``better(score, idx, best, best_idx)``: the argmax order (a larger score, then the smaller token id).
+* ``murmur3_row_key_hi(seed, pos)`` and ``gumbel_noise64(key_lo, key_hi, token)``: the ``mrv2-fp64`` contract's
+  float64 noise (two hashes, a 53-bit uniform), for draws under that contract only.
 * ``murmur3_preimage(key, h)``: the token whose ``murmur3_finish(key, token)`` is h (for a fixed row key the
   token -> hash map is a bijection of uint32), so a kernel can list the few tokens of a row whose noise is large.
 
@@ -213,3 +215,39 @@ def noised_score(x, h, valid):
 def better(score, idx, best, best_idx):
     """Whether (score, idx) comes before (best, best_idx): a larger score, or an equal one at a smaller index."""
     return (score > best) | ((score == best) & (idx < best_idx))
+
+
+# ---------------------------------------------------------------------------- the `mrv2-fp64` variant
+# vLLM's use_fp64_gumbel (oracle: rng.murmur3_uniform64 / gumbel_noise64): a 53-bit uniform from two hashes of
+# (seed, pos, token), the second started from DOMAIN_HI, and the noise -log(-log(u)) in float64. The accept uniform
+# is the contract's (unchanged).
+DOMAIN_HI = tl.constexpr(0x9E3779B9)
+TWO_POW_M53 = tl.constexpr(1.1102230246251565e-16)  # 2**-53, exact in fp32 and fp64
+
+
+@triton.jit
+def murmur3_row_key_hi(seed, pos):
+    """The (seed, pos) prefix of the fp64 contract's second hash: :func:`murmur3_row_key` with h starting at
+    DOMAIN_HI instead of 0 (uint32 scalar)."""
+    seed = seed.to(tl.int64)
+    pos = pos.to(tl.int64)
+    seed_lo = (seed & 0xFFFFFFFF).to(tl.uint32)
+    seed_hi = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    pos_lo = (pos & 0xFFFFFFFF).to(tl.uint32)
+    h = _murmur3_mix(tl.zeros_like(seed_lo) + DOMAIN_HI, seed_lo)
+    h = _murmur3_mix(h, seed_hi)
+    return _murmur3_mix(h, pos_lo)
+
+
+@triton.jit
+def gumbel_noise64(key_lo, key_hi, token):
+    """float64 Gumbel noise ``-log(-log(u))`` of the fp64 contract, shape of ``token``: ``u = ((hi << 21 | lo >> 11)
+    + 0.5) 2**-53`` (1.0 steps down one) from ``lo = murmur3_finish(key_lo, token)``, ``hi = murmur3_finish(key_hi,
+    token)`` (row keys :func:`murmur3_row_key` and :func:`murmur3_row_key_hi`). The 53 bits convert to float64
+    exactly; ``tl.log`` of float64 is numpy's under the interpreter, libdevice's ``log`` on GPU."""
+    lo = murmur3_finish(key_lo, token)
+    hi = murmur3_finish(key_hi, token)
+    r53 = (hi.to(tl.uint64) << 21) | (lo >> 11).to(tl.uint64)
+    u = (r53.to(tl.int64).to(tl.float64) + 0.5) * TWO_POW_M53
+    u = tl.where(u == 1.0, u - TWO_POW_M53, u)
+    return -tl.log(-tl.log(u))
