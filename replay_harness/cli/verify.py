@@ -63,7 +63,9 @@ def verify(
     emitted tokens are tested against the exact law after sampling params (chi-squared, sparse bins
     merged; Monte Carlo p-values near the threshold), the acceptance rate against the theoretical one
     (binomial), twin runs and same-row reruns at other positions for independent noise (binomial:
-    "noise does not depend on position"), greedy requests for the exact argmax walk. Exit 0 when every test passes, 1 when
+    "noise does not depend on position"), greedy requests for the exact argmax walk; block verification and draft
+    trees against their lossless laws, FLy against its own rule, reported LOSSY with its measured divergence
+    (exit 0: lossy by design, docs/VERIFY.md). Exit 0 when every test passes, 1 when
     a test fails (position and statistic named) or requests were refused (not verifiable), 2 on bad
     input, 3 when the impl cannot run here, 4 when nothing could be tested or a mechanism the recording
     exercises (temperature, position-keyed noise, top-k, top-p, min-p, acceptance, residual) had no power.
