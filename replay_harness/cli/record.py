@@ -185,7 +185,7 @@ def record(
         None, "--verify-method", metavar="standard|block|fly|tree", help="How each request's drafts are verified: "
         "standard (token-wise), block (block verification), fly (FLy, lossy) or tree (a draft tree of --tree-width "
         "branches over K nodes; needs --drafter early-exit or draft-model); cycled over the requests as "
-        "--temperature's values. Record with --impl reference (the kernels verify the standard way only)."),
+        "--temperature's values. Trees: record with --impl reference (the kernels verify standard, block and FLy)."),
     fly_window: Optional[List[str]] = typer.Option(
         None, "--fly-window", metavar="W", help="FLy's window, in [1, K-1] (default min(6, K-1)); cycled."),
     fly_entropy_threshold: Optional[List[str]] = typer.Option(

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import torch
 
 from replay_harness.errors import UsageError
+from replay_harness.record.sampling_options import cycled
 from replay_harness.recording.schema import DRAFT_SAMPLING, RNG_CONTRACTS, VERIFY_METHODS
 from replay_harness.recording.step import Step
 
@@ -89,13 +90,8 @@ class Methods:
 
 
 def _cycled(option: str, texts: list[str], n: int, conv: Callable[[str, str], Any]) -> list[Any] | None:
-    if not texts:
-        return None
-    parts = [p.strip() for text in texts for p in str(text).split(",")]
-    if any(not p for p in parts):
-        raise UsageError(f"{option}: an empty value in {','.join(texts)!r}")
-    values = [conv(option, p) for p in parts]
-    return [values[i % len(values)] for i in range(n)]
+    """sampling_options.cycled, each part read without its surrounding blanks."""
+    return cycled(option, texts, n, lambda opt, part: conv(opt, part.strip()))
 
 
 def _name(names: tuple[str, ...]) -> Callable[[str, str], int]:

@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -219,15 +219,16 @@ def _schema_text(option: str, schema: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- per request
-def _cycled(option: str, name: str, texts: list[str], n: int) -> list[Any] | None:
-    """Per-request values of a repeatable / comma separated option, cycled over ``n`` requests (None: not
-    given)."""
+def cycled(option: str, texts: list[str], n: int, conv: Callable[[str, str], Any]) -> list[Any] | None:
+    """Per-request values of a repeatable / comma separated option, each part read by ``conv(option, part)``,
+    cycled over ``n`` requests (None: not given); an empty part is a UsageError. method_options reads its
+    per-request options through it too."""
     if not texts:
         return None
     parts = [p for text in texts for p in str(text).split(",")]
     if any(not p.strip() for p in parts):
         raise UsageError(f"{option}: an empty value in {','.join(texts)!r}")
-    values = [_check_scalar(option, name, p) for p in parts]
+    values = [conv(option, p) for p in parts]
     return [values[i % len(values)] for i in range(n)]
 
 
@@ -316,7 +317,8 @@ def read_pipeline(text: PipelineText, n: int) -> list[PipelineParams]:
                       bad_words=list(base.bad_words)) for _ in range(n)]
     for name in ("repetition_penalty", "frequency_penalty", "presence_penalty", "min_tokens", "logprobs",
                  "logprobs_mode"):
-        values = _cycled("--" + name.replace("_", "-"), name, getattr(text, name), n)
+        values = cycled("--" + name.replace("_", "-"), getattr(text, name), n,
+                        lambda option, part, name=name: _check_scalar(option, name, part))
         for p, value in zip(params, values or []):
             setattr(p, name, value)
     if text.request_params is not None:
